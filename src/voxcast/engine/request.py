@@ -1,0 +1,165 @@
+"""The one request schema shared by every entry point (CLI, RunPod handler, RQ jobs).
+
+:func:`parse_request` turns a JSON-like mapping into a :class:`SynthesisRequest` or raises
+:class:`~voxcast.errors.InvalidRequest` naming the offending field. Model-dependent checks (is this
+speaker known, can this model clone a voice) happen in the engine, which knows the model.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat
+from voxcast.errors import InvalidRequest
+
+__all__ = ["MAX_TEXT_CHARS", "SamplingParams", "SynthesisRequest", "parse_request"]
+
+MAX_TEXT_CHARS = 5000
+"""Longest accepted text. Longer input should be split by the caller (or a long-text job)."""
+
+MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
+"""Largest inline reference audio (decoded bytes)."""
+
+
+class SamplingParams(BaseModel):
+    """Sampling for the talker and the code predictor (official defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.9, gt=0.0, le=2.0)
+    top_k: int = Field(50, ge=0, le=4096, description="0 disables top-k")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    repetition_penalty: float = Field(1.05, ge=1.0, le=2.0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="fixed seed: reproducible output")
+    greedy: bool = Field(False, description="argmax decoding (ignores temperature/top-k/top-p)")
+
+
+class SynthesisRequest(BaseModel):
+    """One text-to-speech request.
+
+    Exactly one voice source applies: ``voice`` (a named speaker of a CustomVoice model, or a
+    registered voice id), ``ref_audio`` (+ optional ``ref_text``) for cloning on a Base model, or
+    neither (VoiceDesign models, which take ``instruct``).
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    text: str = Field(..., alias="input", description="text to speak (OpenAI alias: input)")
+    voice: str | None = Field(None, max_length=128)
+    ref_audio: str | None = Field(None, description="reference audio file, base64 (data: URI ok)")
+    ref_text: str | None = Field(None, max_length=2000)
+    x_vector_only: bool = Field(False, description="clone from the speaker vector only (no ICL)")
+    instruct: str | None = Field(None, max_length=2000)
+    language: str = Field("auto", max_length=32)
+    response_format: AudioFormat = AudioFormat.WAV
+    sample_rate: int = NATIVE_SAMPLE_RATE
+    stream: bool = True
+    first_chunk_frames: int | None = Field(None, ge=1, le=64)
+    chunk_frames: int | None = Field(None, ge=1, le=256)
+    non_streaming_text: bool | None = Field(
+        None, description="put the whole text in the prefill (default: the model's default per mode)"
+    )
+    max_frames: int | None = Field(None, ge=2, le=8192)
+    sampling: SamplingParams = SamplingParams()
+    cache: bool = True
+    request_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_flat_sampling(cls, data: Any) -> Any:
+        """Accept sampling fields at the top level too (``{"seed": 1}`` as well as nested)."""
+        if not isinstance(data, Mapping):
+            return data
+        flat = {k: data[k] for k in SamplingParams.model_fields if k in data}
+        if not flat:
+            return data
+        out = {k: v for k, v in data.items() if k not in flat}
+        nested = dict(out.get("sampling") or {})
+        nested.update(flat)
+        out["sampling"] = nested
+        return out
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("text is empty or only whitespace")
+        if len(v) > MAX_TEXT_CHARS:
+            raise ValueError(f"text has {len(v)} characters; the limit is {MAX_TEXT_CHARS}")
+        return v
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, v: str) -> str:
+        return v.strip().lower() or "auto"
+
+    @field_validator("voice", "instruct", "ref_text")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        return v if v is None or v.strip() else None
+
+    @field_validator("sample_rate")
+    @classmethod
+    def _sample_rate(cls, v: int) -> int:
+        if v not in SUPPORTED_SAMPLE_RATES:
+            raise ValueError(f"sample_rate {v} is not one of {list(SUPPORTED_SAMPLE_RATES)}")
+        return v
+
+    @field_validator("ref_audio")
+    @classmethod
+    def _ref_audio(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        payload = v.split(",", 1)[1] if v.startswith("data:") else v
+        try:
+            raw = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ValueError("ref_audio is not valid base64") from e
+        if not raw:
+            raise ValueError("ref_audio is empty")
+        if len(raw) > MAX_REF_AUDIO_BYTES:
+            raise ValueError(f"ref_audio is larger than {MAX_REF_AUDIO_BYTES} bytes")
+        return payload
+
+    @model_validator(mode="after")
+    def _one_voice_source(self) -> SynthesisRequest:
+        if self.voice is not None and self.ref_audio is not None:
+            raise ValueError("give either voice or ref_audio, not both")
+        if self.ref_text is not None and self.ref_audio is None:
+            raise ValueError("ref_text needs ref_audio")
+        return self
+
+    def ref_audio_bytes(self) -> bytes | None:
+        """The decoded reference audio file, if any."""
+        return None if self.ref_audio is None else base64.b64decode(self.ref_audio)
+
+
+def _field_of(err: Mapping[str, Any]) -> str:
+    loc = [str(p) for p in err.get("loc", ())]
+    return ".".join(loc) if loc else "request"
+
+
+def parse_request(data: Mapping[str, Any] | SynthesisRequest) -> SynthesisRequest:
+    """Validate ``data`` into a request.
+
+    Raises:
+        InvalidRequest: with ``field`` set to the first offending field (dotted path).
+    """
+    if isinstance(data, SynthesisRequest):
+        return data
+    if not isinstance(data, Mapping):
+        raise InvalidRequest("request must be a JSON object", field="request")
+    try:
+        return SynthesisRequest.model_validate(dict(data))
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = _field_of(first)
+        if field == "input":
+            field = "text"
+        msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        raise InvalidRequest(f"{field}: {msg}", field=field) from e

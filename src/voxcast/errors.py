@@ -1,0 +1,73 @@
+"""The exception hierarchy of voxcast.
+
+Every error a caller can act on is a :class:`VoxcastError`. Adapters (RunPod, RQ, CLI) turn these
+into structured errors with :meth:`VoxcastError.to_dict`; nothing else is matched by message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "Cancelled",
+    "CheckpointError",
+    "EngineUnavailable",
+    "InvalidRequest",
+    "StorageError",
+    "VoiceNotFound",
+    "VoxcastError",
+]
+
+
+class VoxcastError(Exception):
+    """Base class. ``code`` is a stable machine-readable name; ``field`` names the input at fault."""
+
+    code = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description: ``{"code", "message", "field"}``."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+
+class InvalidRequest(VoxcastError):
+    """The request cannot be served as given (bad text, unknown speaker, wrong mode, bad audio...)."""
+
+    code = "invalid_request"
+
+
+class VoiceNotFound(InvalidRequest):
+    """A voice id that no registry knows."""
+
+    code = "voice_not_found"
+
+
+class CheckpointError(VoxcastError):
+    """A model directory or hub id that is missing, incomplete or of an unknown kind."""
+
+    code = "checkpoint_error"
+
+
+class StorageError(VoxcastError):
+    """The blob store failed (unreachable, missing bucket, corrupt object)."""
+
+    code = "storage_error"
+
+
+class EngineUnavailable(VoxcastError):
+    """The engine is not loaded, is shutting down, or its worker thread died."""
+
+    code = "engine_unavailable"
+
+
+class Cancelled(VoxcastError):
+    """The request was cancelled by its caller."""
+
+    code = "cancelled"
