@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import MimiConfig, MimiModel
 
 from .codec_decoder import CodecDecoder, CodecDecoderConfig
