@@ -1,0 +1,145 @@
+"""Storage configuration from environment variables, and the store factory.
+
+With ``VOXCAST_S3_BUCKET`` set, objects go to S3 (or any S3-compatible endpoint); without it, to a
+local directory. Credentials follow boto3's standard chain unless given explicitly: the ``AWS_*``
+variables of the mapping passed to :meth:`StorageConfig.from_env` are forwarded when present, else
+boto3 looks at its usual places (environment, ``~/.aws``, instance/container roles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from voxcast.storage.base import BlobStore
+from voxcast.storage.keys import validate_key
+from voxcast.storage.local import LocalBlobStore
+
+__all__ = ["StorageConfig", "open_store"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE | _FALSE:
+        return raw in _TRUE
+    raise ValueError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def _num(env: Mapping[str, str], name: str, default: float, kind: type = float) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        value = kind(raw) if raw else default
+    except ValueError as e:
+        raise ValueError(f"{name}={raw!r} is not a {kind.__name__}") from e
+    if value <= 0:
+        raise ValueError(f"{name} must be positive")
+    return value
+
+
+def _opt(env: Mapping[str, str], name: str) -> str | None:
+    return env.get(name, "").strip() or None
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Where voices and rendered audio are stored. Build with :meth:`from_env`.
+
+    Attributes:
+        bucket: S3 bucket (``VOXCAST_S3_BUCKET``); None = use ``local_dir``.
+        endpoint_url: S3-compatible endpoint (``VOXCAST_S3_ENDPOINT_URL``); None = AWS.
+        region: region (``VOXCAST_S3_REGION``, else ``AWS_REGION``/``AWS_DEFAULT_REGION``).
+        prefix: key prefix inside the bucket (``VOXCAST_S3_PREFIX``), e.g. ``voxcast/prod``.
+        path_style: path-style addressing (``VOXCAST_S3_PATH_STYLE``); default: on when an
+            endpoint URL is set (MinIO & co.), else boto3's automatic choice.
+        max_attempts: total attempts per S3 call incl. retries with backoff (``VOXCAST_S3_MAX_ATTEMPTS``, 4).
+        connect_timeout_s / read_timeout_s: socket timeouts (``VOXCAST_S3_CONNECT_TIMEOUT_S`` 2,
+            ``VOXCAST_S3_READ_TIMEOUT_S`` 10).
+        max_pool_connections: HTTP connection pool size (``VOXCAST_S3_MAX_POOL``, 32).
+        access_key_id / secret_access_key / session_token / profile: explicit credentials
+            (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``);
+            None = boto3's chain.
+        local_dir: directory of the local store (``VOXCAST_STORAGE_DIR``; default
+            ``$XDG_CACHE_HOME/voxcast/store`` or ``~/.cache/voxcast/store``).
+        local_fsync: fsync local writes before publishing them (``VOXCAST_STORAGE_FSYNC``, on).
+        voice_cache_mb: in-memory LRU budget for voice prompts (``VOXCAST_VOICE_CACHE_MB``, 256).
+    """
+
+    bucket: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    prefix: str = ""
+    path_style: bool = False
+    max_attempts: int = 4
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 10.0
+    max_pool_connections: int = 32
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    local_dir: str = "~/.cache/voxcast/store"
+    local_fsync: bool = True
+    voice_cache_mb: float = 256.0
+
+    def __post_init__(self) -> None:
+        prefix = self.prefix.strip("/")
+        if prefix:
+            validate_key(prefix, field="VOXCAST_S3_PREFIX")
+        object.__setattr__(self, "prefix", prefix)
+
+    @property
+    def backend(self) -> str:
+        """``"s3"`` or ``"local"``."""
+        return "s3" if self.bucket else "local"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StorageConfig:
+        """Read the configuration from an environment mapping (pure: pass ``os.environ`` or a dict).
+
+        Raises:
+            ValueError: a malformed value, naming its variable.
+        """
+        endpoint = _opt(env, "VOXCAST_S3_ENDPOINT_URL")
+        cache_home = _opt(env, "XDG_CACHE_HOME") or "~/.cache"
+        return cls(
+            bucket=_opt(env, "VOXCAST_S3_BUCKET"),
+            endpoint_url=endpoint,
+            region=_opt(env, "VOXCAST_S3_REGION")
+            or _opt(env, "AWS_REGION")
+            or _opt(env, "AWS_DEFAULT_REGION"),
+            prefix=env.get("VOXCAST_S3_PREFIX", ""),
+            path_style=_bool(env, "VOXCAST_S3_PATH_STYLE", endpoint is not None),
+            max_attempts=int(_num(env, "VOXCAST_S3_MAX_ATTEMPTS", 4, int)),
+            connect_timeout_s=_num(env, "VOXCAST_S3_CONNECT_TIMEOUT_S", 2.0),
+            read_timeout_s=_num(env, "VOXCAST_S3_READ_TIMEOUT_S", 10.0),
+            max_pool_connections=int(_num(env, "VOXCAST_S3_MAX_POOL", 32, int)),
+            access_key_id=_opt(env, "AWS_ACCESS_KEY_ID"),
+            secret_access_key=_opt(env, "AWS_SECRET_ACCESS_KEY"),
+            session_token=_opt(env, "AWS_SESSION_TOKEN"),
+            profile=_opt(env, "AWS_PROFILE"),
+            local_dir=_opt(env, "VOXCAST_STORAGE_DIR") or f"{cache_home}/voxcast/store",
+            local_fsync=_bool(env, "VOXCAST_STORAGE_FSYNC", True),
+            voice_cache_mb=_num(env, "VOXCAST_VOICE_CACHE_MB", 256.0),
+        )
+
+
+def open_store(config: StorageConfig, *, check_bucket: bool = True) -> BlobStore:
+    """The store ``config`` describes: S3 when a bucket is set, else the local directory.
+
+    Args:
+        config: storage configuration.
+        check_bucket: with S3, verify at once that the bucket exists and is reachable.
+
+    Raises:
+        StorageError: the bucket is missing or unreachable, or the directory cannot be created.
+    """
+    if config.bucket:
+        from voxcast.storage.s3 import S3BlobStore  # boto3 is imported only when S3 is configured
+
+        return S3BlobStore.from_config(config, check_bucket=check_bucket)
+    return LocalBlobStore(config.local_dir, fsync=config.local_fsync)
