@@ -1,0 +1,111 @@
+"""Configuration: frozen dataclasses built once from an environment mapping.
+
+Every setting has an environment variable (``VOXCAST_*``) and a documented default here; CLI flags
+mirror the names. Nothing reads ``os.environ`` at import time: call ``from_env(os.environ)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["EngineConfig", "max_frames_for_text"]
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+"""Hub id used when VOXCAST_MODEL is not set (needs the weights in the HF cache or network)."""
+
+DEFAULT_FIRST_CHUNK_FRAMES = 1
+"""First audio after one frame (80 ms of audio): the lowest time to first audio."""
+
+DEFAULT_CHUNK_FRAMES = 4
+"""Later chunks carry 4 frames (320 ms). The stateful decoder's cost per frame falls with chunk
+size up to ~4 frames and flattens after (scripts/bench_codec.py); 320 ms keeps per-chunk overhead
+(messages, base64, Redis entries) small while a listener never waits more than one chunk."""
+
+DEFAULT_MAX_FRAMES_CAP = 2400
+"""Hard cap: 2400 frames = 192 s of audio for one request."""
+
+FRAMES_PER_CHAR = 2.5
+"""Upper bound of frames per input character: slow CJK speech is ~4 chars/s = 3.1 frames/char,
+English ~15 chars/s = 0.8 frames/char; 2.5 plus the floor below covers both without letting a
+runaway stream babble for minutes."""
+
+MIN_FRAMES = 40
+"""Floor of the derived limit (3.2 s), so one-word texts are never cut."""
+
+
+def max_frames_for_text(text: str, cap: int = DEFAULT_MAX_FRAMES_CAP) -> int:
+    """The most frames a request for ``text`` may generate (then it is flagged as runaway)."""
+    n = len("".join(text.split()))
+    return max(2, min(cap, MIN_FRAMES + math.ceil(FRAMES_PER_CHAR * n)))
+
+
+def _bool(v: str) -> bool:
+    return v.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine loads and runs a model.
+
+    Attributes:
+        model: local checkpoint directory or hub id (``VOXCAST_MODEL``).
+        device: "auto" (CUDA if present, else CPU), "cpu", "cuda" or "cuda:N" (``VOXCAST_DEVICE``).
+        dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16" (``VOXCAST_DTYPE``).
+        first_chunk_frames: frames in the first chunk (``VOXCAST_FIRST_CHUNK_FRAMES``).
+        chunk_frames: frames in every later chunk (``VOXCAST_CHUNK_FRAMES``).
+        max_frames_cap: cap on the per-request frame limit (``VOXCAST_MAX_FRAMES_CAP``).
+        warmup: run every path once at load (``VOXCAST_WARMUP``).
+        threads: torch CPU threads, 0 = torch's default (``VOXCAST_THREADS``).
+        max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
+    """
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+    first_chunk_frames: int = DEFAULT_FIRST_CHUNK_FRAMES
+    chunk_frames: int = DEFAULT_CHUNK_FRAMES
+    max_frames_cap: int = DEFAULT_MAX_FRAMES_CAP
+    warmup: bool = True
+    threads: int = 0
+    max_active: int = 8
+
+    def __post_init__(self) -> None:
+        if self.dtype not in {"auto", "float32", "bfloat16"}:
+            raise ValueError(f"VOXCAST_DTYPE must be auto, float32 or bfloat16, not {self.dtype!r}")
+        if not (self.device in {"auto", "cpu", "cuda"} or self.device.startswith("cuda:")):
+            raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
+        for name in ("first_chunk_frames", "chunk_frames", "max_frames_cap", "max_active"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> EngineConfig:
+        """Build from ``VOXCAST_*`` variables; unset ones keep their defaults."""
+        d = cls()
+        return cls(
+            model=env.get("VOXCAST_MODEL", d.model),
+            device=env.get("VOXCAST_DEVICE", d.device),
+            dtype=env.get("VOXCAST_DTYPE", d.dtype),
+            first_chunk_frames=int(env.get("VOXCAST_FIRST_CHUNK_FRAMES", d.first_chunk_frames)),
+            chunk_frames=int(env.get("VOXCAST_CHUNK_FRAMES", d.chunk_frames)),
+            max_frames_cap=int(env.get("VOXCAST_MAX_FRAMES_CAP", d.max_frames_cap)),
+            warmup=_bool(env.get("VOXCAST_WARMUP", "1")),
+            threads=int(env.get("VOXCAST_THREADS", d.threads)),
+            max_active=int(env.get("VOXCAST_MAX_ACTIVE", d.max_active)),
+        )
+
+    def resolved_device(self) -> str:
+        """The torch device string this config selects on this machine."""
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
+
+    def resolved_dtype(self) -> str:
+        """ "bfloat16" or "float32" for the resolved device."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device().startswith("cuda") else "float32"

@@ -1,0 +1,307 @@
+"""The engine: one loaded, warmed model owned by one scheduler thread, many concurrent streams.
+
+``Engine.load(config)`` loads the checkpoint, warms every path a request can take and starts the
+scheduler. ``engine.synthesize(request)`` returns a lazy :class:`SynthesisStream`. The scheduler admits
+new requests (prompt + prefill) between frames and advances every active request by one frame per
+round, so concurrent users interleave instead of queueing behind each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from voxcast.config import EngineConfig, max_frames_for_text
+from voxcast.engine.chunks import AudioChunk
+from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.timing import playback_stalls
+from voxcast.errors import EngineUnavailable, InvalidRequest
+
+__all__ = ["Engine"]
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.25
+
+
+@dataclass
+class _Active:
+    """Scheduler-side state of one admitted request."""
+
+    stream: SynthesisStream
+    generator: Any
+    decoder: Any
+    max_frames: int
+    pending: list[torch.Tensor] = field(default_factory=list)
+    target: int = 1
+    seq: int = 0
+    frames: int = 0
+    samples: int = 0
+    codec_s: float = 0.0
+    emits: list[float] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    codes: list[torch.Tensor] = field(default_factory=list)
+
+
+class Engine:
+    """A warmed model plus its scheduler thread. Thread-safe: call ``synthesize`` from anywhere."""
+
+    def __init__(self, model: Any, config: EngineConfig, *, load_ms: float = 0.0) -> None:
+        self.model = model
+        self.config = config
+        self.load_ms = load_ms
+        self.warmup_ms = 0.0
+        self.warmed = False
+        self.keep_codes = False
+        self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
+        self._active: list[_Active] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
+        self._thread.start()
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, config: EngineConfig) -> Engine:
+        """Load ``config.model``, start the scheduler and (unless disabled) warm every path."""
+        from voxcast.models.qwen3_tts.model import Qwen3TTS
+
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        t0 = time.perf_counter()
+        dtype = torch.bfloat16 if config.resolved_dtype() == "bfloat16" else torch.float32
+        model = Qwen3TTS.from_pretrained(config.model, device=config.resolved_device(), dtype=dtype)
+        load_ms = (time.perf_counter() - t0) * 1000
+        engine = cls(model, config, load_ms=load_ms)
+        log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
+        if config.warmup:
+            engine.warmup()
+        return engine
+
+    @property
+    def model_type(self) -> str:
+        return str(self.model.model_type)
+
+    @property
+    def identity(self) -> str:
+        return str(self.model.identity)
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.model.sample_rate)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping.is_set()
+
+    def close(self) -> None:
+        """Stop the scheduler; streams still running end with EngineUnavailable."""
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+    # -- public API ------------------------------------------------------------------------------
+    def synthesize(self, request: SynthesisRequest | dict[str, Any], voice: Any = None) -> SynthesisStream:
+        """Start (lazily) one synthesis.
+
+        Args:
+            request: a validated request or a mapping (validated here).
+            voice: a ``VoicePrompt`` for cloning (Base models); when None and the request carries
+                ``ref_audio``, the prompt is built from it when iteration starts.
+
+        Returns:
+            A stream: nothing runs until it is iterated.
+
+        Raises:
+            InvalidRequest: the request is malformed (also raised later, from iteration, for
+                model-dependent problems such as an unknown speaker).
+        """
+        req = parse_request(request)
+        prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
+        return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare)
+
+    def create_voice(self, audio: bytes, ref_text: str | None, x_vector_only: bool = False) -> Any:
+        """Build a ``VoicePrompt`` from a reference audio file (any common container/rate)."""
+        from voxcast.models.qwen3_tts.reference_audio import load_reference_audio
+
+        if self.model_type != "base":
+            raise InvalidRequest(
+                f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
+            )
+        pcm = load_reference_audio(audio)
+        return self.model.make_voice_prompt(
+            pcm, self.sample_rate, ref_text=ref_text, x_vector_only=x_vector_only or ref_text is None
+        )
+
+    def _prepare_voice(self, stream: SynthesisStream) -> None:
+        t0 = time.perf_counter()
+        req = stream.request
+        audio = req.ref_audio_bytes()
+        assert audio is not None
+        stream.voice = self.create_voice(audio, req.ref_text, req.x_vector_only)
+        stream.timing.voice_ms = (time.perf_counter() - t0) * 1000
+
+    def _submit(self, stream: SynthesisStream) -> None:
+        if not self.alive:
+            raise EngineUnavailable("the engine is not running")
+        stream.timing.cold = not self.warmed
+        stream.timing.load_ms = self.load_ms
+        stream.timing.warmup_ms = self.warmup_ms
+        self._pending.put(stream)
+
+    # -- warm-up ---------------------------------------------------------------------------------
+    def warmup(self) -> float:
+        """Run every request path once (greedy and sampled, each voice mode, both chunk sizes)."""
+        from voxcast.engine.warmup import warmup_requests
+
+        t0 = time.perf_counter()
+        for request, voice in warmup_requests(self):
+            for _ in self.synthesize(request, voice):
+                pass
+        self.warmup_ms = (time.perf_counter() - t0) * 1000
+        self.warmed = True
+        log.info("warm-up done in %.0f ms", self.warmup_ms)
+        return self.warmup_ms
+
+    # -- scheduler thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode():
+                while not self._stopping.is_set():
+                    self._admit()
+                    for act in list(self._active):
+                        self._advance(act)
+        except BaseException:  # the thread must not die silently
+            log.exception("engine scheduler crashed")
+            raise
+        finally:
+            self._stopping.set()
+            err = EngineUnavailable("the engine stopped")
+            for act in self._active:
+                act.stream._fail(err)
+            while True:
+                try:
+                    self._pending.get_nowait()._fail(err)
+                except queue.Empty:
+                    break
+
+    def _admit(self) -> None:
+        while len(self._active) < self.config.max_active:
+            try:
+                if self._active:
+                    stream = self._pending.get_nowait()
+                else:
+                    stream = self._pending.get(timeout=_IDLE_WAIT_S)
+            except queue.Empty:
+                return
+            if stream.cancelled:
+                self._finish_cancelled(stream)
+                continue
+            try:
+                self._active.append(self._start(stream))
+            except Exception as e:
+                if not isinstance(e, InvalidRequest):
+                    log.exception("request %s failed to start", stream.timing.request_id)
+                stream._fail(e)
+
+    def _start(self, stream: SynthesisStream) -> _Active:
+        req, timing = stream.request, stream.timing
+        t0 = time.perf_counter()
+        timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
+        speaker = req.voice if stream.voice is None else None
+        prompt = self.model.build_prompt(
+            req.text,
+            speaker=speaker,
+            voice=stream.voice,
+            language=req.language,
+            instruct=req.instruct,
+            non_streaming_text=req.non_streaming_text,
+        )
+        t1 = time.perf_counter()
+        timing.prompt_ms = (t1 - t0) * 1000
+        max_frames = req.max_frames or max_frames_for_text(req.text, self.config.max_frames_cap)
+        gen = self.model.new_generator(prompt, req.sampling, max_frames)
+        gen.prefill()
+        decoder = self.model.new_decoder(stream.voice)
+        timing.prefill_ms = (time.perf_counter() - t1) * 1000
+        seed = getattr(gen, "seed", None)
+        if seed is not None:
+            timing.extra["seed"] = int(seed)
+        first = req.first_chunk_frames or self.config.first_chunk_frames
+        return _Active(stream, gen, decoder, max_frames, target=first)
+
+    def _advance(self, act: _Active) -> None:
+        if act.stream.cancelled:
+            self._active.remove(act)
+            self._finish_cancelled(act.stream, act)
+            return
+        try:
+            codes = act.generator.step()
+            if codes is not None:
+                act.pending.append(codes)
+                act.frames += 1
+                if len(act.pending) >= act.target:
+                    self._emit(act)
+                return
+            if act.pending:
+                self._emit(act)
+            self._active.remove(act)
+            self._finish(act)
+        except Exception as e:
+            log.exception("request %s failed", act.stream.timing.request_id)
+            if act in self._active:
+                self._active.remove(act)
+            act.stream._fail(e)
+
+    def _emit(self, act: _Active) -> None:
+        codes = torch.stack(act.pending)  # [T, 16]
+        if self.keep_codes:
+            act.codes.append(codes)
+        act.pending = []
+        t0 = time.perf_counter()
+        pcm = np.asarray(act.decoder.decode(codes), dtype=np.float32)
+        t1 = time.perf_counter()
+        act.codec_s += t1 - t0
+        chunk = AudioChunk(act.seq, pcm, self.sample_rate, int(codes.shape[0]), t1)
+        if act.seq == 0:
+            act.stream.timing.ttfa_ms = (t1 - act.stream.t_submit) * 1000
+        act.seq += 1
+        act.samples += len(pcm)
+        act.emits.append(t1)
+        act.durations.append(chunk.duration_s)
+        act.target = act.stream.request.chunk_frames or self.config.chunk_frames
+        act.stream._put(chunk)
+
+    def _finish(self, act: _Active, reason: str | None = None) -> None:
+        t = act.stream.timing
+        gen = act.generator
+        t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
+        t.code_predictor_ms = float(getattr(gen, "code_predictor_s", 0.0)) * 1000
+        t.codec_ms = act.codec_s * 1000
+        t.total_ms = (time.perf_counter() - act.stream.t_submit) * 1000
+        t.frames = act.frames
+        t.chunks = act.seq
+        t.audio_s = act.samples / self.sample_rate
+        t.rtf = (t.total_ms / 1000) / t.audio_s if t.audio_s else 0.0
+        t.stalls, stall_s = playback_stalls(act.emits, act.durations)
+        t.stall_ms = stall_s * 1000
+        t.finish_reason = reason or str(getattr(gen, "finish_reason", None) or "eos")
+        t.runaway = t.finish_reason == "max_frames"
+        if t.runaway:
+            log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
+        if self.keep_codes and act.codes:
+            t.extra["codes"] = torch.cat(act.codes).tolist()
+        act.stream._end()
+
+    def _finish_cancelled(self, stream: SynthesisStream, act: _Active | None = None) -> None:
+        if act is not None:
+            self._finish(act, reason="cancelled")
+        else:
+            stream.timing.finish_reason = "cancelled"
+            stream._end()

@@ -1,0 +1,114 @@
+"""The consumer side of one synthesis: a lazy iterator of :class:`AudioChunk`.
+
+Nothing runs until the first ``next()``: then the request is handed to the engine's scheduler
+thread, and chunks arrive through a queue as frames are decoded. ``timing`` is complete once the
+iterator is exhausted. ``cancel()`` may be called from any thread; the scheduler notices before its
+next frame and the iterator ends (``timing.finish_reason == "cancelled"``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from voxcast.engine.chunks import AudioChunk
+from voxcast.engine.request import SynthesisRequest
+from voxcast.engine.timing import Timing
+from voxcast.errors import EngineUnavailable
+
+__all__ = ["SynthesisStream"]
+
+_END = object()
+_POLL_S = 0.5
+
+
+class SynthesisStream(Iterator[AudioChunk]):
+    """Iterator over the chunks of one request (see module docstring)."""
+
+    def __init__(
+        self,
+        request: SynthesisRequest,
+        voice: Any,
+        submit: Callable[[SynthesisStream], None],
+        alive: Callable[[], bool],
+        prepare: Callable[[SynthesisStream], None] | None = None,
+    ) -> None:
+        self.request = request
+        self.voice = voice
+        self.timing = Timing(request_id=request.request_id or "")
+        self.t_submit = 0.0
+        self._submit = submit
+        self._alive = alive
+        self._prepare = prepare
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cancel = threading.Event()
+        self._started = False
+        self._finished = False
+
+    # -- consumer side -------------------------------------------------------------------------
+    def __iter__(self) -> SynthesisStream:
+        return self
+
+    def __next__(self) -> AudioChunk:
+        if self._finished:
+            raise StopIteration
+        if not self._started:
+            self._start()
+        while True:
+            try:
+                item = self._queue.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not self._alive():
+                    self._finished = True
+                    raise EngineUnavailable("the engine stopped while this request was running") from None
+        if item is _END:
+            self._finished = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        assert isinstance(item, AudioChunk)
+        return item
+
+    def _start(self) -> None:
+        self._started = True
+        self.t_submit = time.perf_counter()
+        if self._prepare is not None:
+            try:
+                self._prepare(self)
+            except BaseException:
+                self._finished = True
+                raise
+        self._submit(self)
+
+    def cancel(self) -> None:
+        """Stop generating (thread-safe); the iterator ends within one frame."""
+        self._cancel.set()
+
+    close = cancel
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def finished(self) -> bool:
+        """True once the iterator has ended (normally, by error or by cancellation)."""
+        return self._finished
+
+    def __del__(self) -> None:
+        self._cancel.set()
+
+    # -- producer side (scheduler thread) ------------------------------------------------------
+    def _put(self, chunk: AudioChunk) -> None:
+        self._queue.put(chunk)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._queue.put(exc)
+
+    def _end(self) -> None:
+        self._queue.put(_END)

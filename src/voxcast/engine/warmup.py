@@ -1,0 +1,55 @@
+"""The requests that warm every path of a freshly loaded model.
+
+Each path a real request can take runs once at load, so the first user pays no first-call costs
+(allocator growth, kernel selection, lazy initialisation): greedy and sampled decoding, every voice
+mode the model type supports, and the codec decoder at both the first and the later chunk size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from voxcast.engine.request import SynthesisRequest
+
+if TYPE_CHECKING:
+    from voxcast.engine.engine import Engine
+
+__all__ = ["warmup_requests"]
+
+WARMUP_TEXT = "Hello, this is a short warm-up sentence."
+REFERENCE_TEXT = "This is a reference recording."
+
+
+def _reference_audio(sample_rate: int, seconds: float = 2.0) -> np.ndarray:
+    """A deterministic voiced-like signal: harmonics of 140 Hz with a slow envelope."""
+    t = np.arange(int(sample_rate * seconds)) / sample_rate
+    f0 = 140.0
+    sig = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 8))
+    env = 0.5 * (1 - np.cos(2 * np.pi * t / seconds))
+    return (0.3 * env * sig / np.max(np.abs(sig))).astype(np.float32)
+
+
+def warmup_requests(engine: Engine) -> Iterator[tuple[SynthesisRequest, Any]]:
+    """Yield (request, voice prompt or None) pairs covering the model's paths."""
+    cfg = engine.config
+    frames = cfg.first_chunk_frames + 2 * cfg.chunk_frames
+    base: dict[str, Any] = {"text": WARMUP_TEXT, "max_frames": frames, "request_id": "warmup"}
+    variants: list[dict[str, Any]] = [{"greedy": True}, {"seed": 0}]
+    model = engine.model
+    if engine.model_type == "custom_voice":
+        base["voice"] = model.speakers[0]
+    elif engine.model_type == "voice_design":
+        base["instruct"] = "A calm, clear voice."
+    if engine.model_type != "base":
+        for v in variants:
+            yield SynthesisRequest.model_validate({**base, **v}), None
+        return
+    audio = _reference_audio(engine.sample_rate)
+    icl = model.make_voice_prompt(audio, engine.sample_rate, ref_text=REFERENCE_TEXT, x_vector_only=False)
+    xvec = model.make_voice_prompt(audio, engine.sample_rate, ref_text=None, x_vector_only=True)
+    for v in variants:
+        yield SynthesisRequest.model_validate({**base, **v}), icl
+    yield SynthesisRequest.model_validate({**base, "greedy": True}), xvec
