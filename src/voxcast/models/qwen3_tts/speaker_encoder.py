@@ -1,0 +1,214 @@
+"""The ECAPA-TDNN speaker encoder of Qwen3-TTS Base models (reference audio -> x-vector).
+
+The x-vector goes unprojected into the talker's speaker slot, so its size (``enc_dim``) equals the
+talker width (1024 for 0.6B, 2048 for 1.7B). Parameter names equal the ``speaker_encoder.*`` keys
+of the main ``model.safetensors`` (minus that prefix). Every convolution pads "same" with reflection,
+like the official model. Architecture: TDNN -> 3 SE-Res2Net blocks -> multi-layer feature
+aggregation -> attentive statistics pooling -> 1x1 conv (https://arxiv.org/abs/2005.07143).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .mel import MelConfig, log_mel_spectrogram
+
+__all__ = [
+    "SpeakerEncoder",
+    "SpeakerEncoderConfig",
+    "extract_xvector",
+    "random_speaker_encoder_state",
+    "tiny_speaker_encoder_config",
+]
+
+
+@dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """``speaker_encoder_config`` of the model ``config.json``; defaults as the official class."""
+
+    mel_dim: int = 128
+    enc_dim: int = 1024
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeakerEncoderConfig:
+        """Build from a parsed dict (missing keys take the official defaults, unknown are ignored)."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
+        cfg = cls(**kw)
+        if not len(cfg.enc_channels) == len(cfg.enc_kernel_sizes) == len(cfg.enc_dilations):
+            raise ValueError("enc_channels, enc_kernel_sizes and enc_dilations differ in length")
+        return cfg
+
+
+def _conv(cin: int, cout: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:
+    return nn.Conv1d(cin, cout, kernel, dilation=dilation, padding="same", padding_mode="reflect")
+
+
+class TDNNBlock(nn.Module):
+    """Conv1d ("same", reflect) + ReLU."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, dilation: int):
+        super().__init__()
+        self.conv = _conv(cin, cout, kernel, dilation)
+        self.activation = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(self.conv(x))
+
+
+class Res2NetBlock(nn.Module):
+    """Split channels into ``scale`` parts; part i>0 goes through a TDNN after adding part i-1's output."""
+
+    def __init__(self, channels: int, scale: int, kernel: int, dilation: int):
+        super().__init__()
+        width = channels // scale
+        self.blocks = nn.ModuleList([TDNNBlock(width, width, kernel, dilation) for _ in range(scale - 1)])
+        self.scale = scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        parts = torch.chunk(x, self.scale, dim=1)
+        outs = [parts[0]]
+        for i in range(1, self.scale):
+            inp = parts[i] if i == 1 else parts[i] + outs[-1]
+            outs.append(self.blocks[i - 1](inp))
+        return torch.cat(outs, dim=1)
+
+
+class SEBlock(nn.Module):
+    """Squeeze-excitation: channel gates from the time-mean."""
+
+    def __init__(self, channels: int, se_channels: int):
+        super().__init__()
+        self.conv1 = _conv(channels, se_channels)
+        self.relu = nn.ReLU()
+        self.conv2 = _conv(se_channels, channels)
+        self.sigmoid = nn.Sigmoid()
+
+    def forward(self, x: Tensor) -> Tensor:
+        s = self.relu(self.conv1(x.mean(dim=2, keepdim=True)))
+        return x * self.sigmoid(self.conv2(s))
+
+
+class SERes2NetBlock(nn.Module):
+    """TDNN k1 -> Res2Net -> TDNN k1 -> SE, residual."""
+
+    def __init__(self, cin: int, cout: int, scale: int, se: int, kernel: int, dilation: int):
+        super().__init__()
+        self.tdnn1 = TDNNBlock(cin, cout, 1, 1)
+        self.res2net_block = Res2NetBlock(cout, scale, kernel, dilation)
+        self.tdnn2 = TDNNBlock(cout, cout, 1, 1)
+        self.se_block = SEBlock(cout, se)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.se_block(self.tdnn2(self.res2net_block(self.tdnn1(x)))) + x
+
+
+def _mean_std(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """Weighted mean and std over time; w sums to 1 over dim 2."""
+    mean = (w * x).sum(2)
+    std = torch.sqrt((w * (x - mean.unsqueeze(2)).pow(2)).sum(2).clamp(1e-12))
+    return mean, std
+
+
+class AttentiveStatsPool(nn.Module):
+    """Attention over time using global context (mean, std); returns [mean; std] of shape [B, 2C, 1]."""
+
+    def __init__(self, channels: int, attention_channels: int):
+        super().__init__()
+        self.tdnn = TDNNBlock(channels * 3, attention_channels, 1, 1)
+        self.tanh = nn.Tanh()
+        self.conv = _conv(attention_channels, channels)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [B, C, T]
+        t = x.shape[-1]
+        uniform = torch.ones(x.shape[0], 1, t, dtype=x.dtype, device=x.device) / t
+        mean, std = _mean_std(x, uniform)
+        ctx = torch.cat([x, mean.unsqueeze(2).expand(-1, -1, t), std.unsqueeze(2).expand(-1, -1, t)], 1)
+        attn = torch.softmax(self.conv(self.tanh(self.tdnn(ctx))), dim=2)
+        mean, std = _mean_std(x, attn)
+        return torch.cat((mean, std), dim=1).unsqueeze(2)
+
+
+class SpeakerEncoder(nn.Module):
+    """ECAPA-TDNN: log-mel frames [B, T, mel_dim] -> x-vectors [B, enc_dim]."""
+
+    def __init__(self, cfg: SpeakerEncoderConfig):
+        super().__init__()
+        self.config = cfg
+        ch, ks, dil = cfg.enc_channels, cfg.enc_kernel_sizes, cfg.enc_dilations
+        blocks: list[nn.Module] = [TDNNBlock(cfg.mel_dim, ch[0], ks[0], dil[0])]
+        for i in range(1, len(ch) - 1):
+            blocks.append(
+                SERes2NetBlock(ch[i - 1], ch[i], cfg.enc_res2net_scale, cfg.enc_se_channels, ks[i], dil[i])
+            )
+        self.blocks = nn.ModuleList(blocks)
+        self.mfa = TDNNBlock(ch[-1], ch[-1], ks[-1], dil[-1])
+        self.asp = AttentiveStatsPool(ch[-1], cfg.enc_attention_channels)
+        self.fc = _conv(ch[-1] * 2, cfg.enc_dim)
+
+    def forward(self, mels: Tensor) -> Tensor:  # mels: [B, T, mel_dim]
+        h = mels.transpose(1, 2)
+        outs = []
+        for block in self.blocks:
+            h = block(h)
+            outs.append(h)
+        h = self.mfa(torch.cat(outs[1:], dim=1))
+        return self.fc(self.asp(h)).squeeze(-1)
+
+
+@torch.inference_mode()
+def extract_xvector(encoder: SpeakerEncoder, audio: np.ndarray) -> Tensor:
+    """The speaker embedding of one clip, as the official ``extract_speaker_embedding``.
+
+    Args:
+        encoder: a loaded :class:`SpeakerEncoder`.
+        audio: float32 mono waveform at 24 kHz, at least ~0.02 s long.
+
+    Returns:
+        float32 tensor [enc_dim] on the CPU.
+    """
+    p = next(encoder.parameters())
+    wav = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]  # [1, L]
+    mels = log_mel_spectrogram(wav, MelConfig).transpose(1, 2)  # [1, frames, 128]
+    xvec = encoder(mels.to(device=p.device, dtype=p.dtype))[0]
+    return xvec.to(device="cpu", dtype=torch.float32)
+
+
+def tiny_speaker_encoder_config(enc_dim: int) -> dict[str, Any]:
+    """A small ``speaker_encoder_config`` (for test checkpoints) giving x-vectors of size ``enc_dim``."""
+    return {
+        "mel_dim": 128,
+        "enc_dim": enc_dim,
+        "enc_channels": [16, 16, 16, 16, 48],
+        "enc_kernel_sizes": [5, 3, 3, 3, 1],
+        "enc_dilations": [1, 2, 3, 4, 1],
+        "enc_attention_channels": 8,
+        "enc_res2net_scale": 8,
+        "enc_se_channels": 8,
+        "sample_rate": 24000,
+    }
+
+
+def random_speaker_encoder_state(config: dict[str, Any], seed: int = 0) -> dict[str, Tensor]:
+    """Random weights keyed ``speaker_encoder.*`` as in the main ``model.safetensors``.
+
+    Args:
+        config: a ``speaker_encoder_config`` dict (e.g. :func:`tiny_speaker_encoder_config`).
+        seed: RNG seed (the global RNG is left untouched).
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config))
+    return {f"speaker_encoder.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
