@@ -1,0 +1,211 @@
+"""Turn engine audio (mono float32 at the native 24 kHz) into response bytes, streamed or whole.
+
+Protocol (one response = one format at one sample rate):
+
+* ``pcm``: raw signed 16-bit little-endian mono samples. Streamed chunks concatenate to the file.
+* ``wav``: 16-bit PCM WAV. The first streamed chunk starts with one 44-byte header whose RIFF and data
+  sizes are ``0xFFFFFFFF`` (unknown length); later chunks are raw samples. The complete file has the
+  true sizes (:func:`stream_to_file` rewrites them; :func:`encode_file` writes them directly).
+* ``mulaw`` / ``alaw``: streamed chunks are raw G.711 bytes (one byte per sample, no header), as a
+  telephony media stream expects. The complete (stored) object is a WAV file with format tag 7
+  (mu-law) or 6 (A-law), 8 bits per sample, which phone systems and players open.
+* ``flac`` / ``mp3`` / ``opus`` (Ogg Opus): not streamable here. :meth:`StreamEncoder.encode` returns
+  ``b""`` and :meth:`StreamEncoder.finish` returns the whole file, identical to :func:`encode_file`.
+  (libsndfile patches the MP3 info frame and FLAC header on close and writes no Ogg pages before it.)
+  FLAC and MP3 output is deterministic; each Ogg Opus file gets a random stream serial number from
+  libsndfile, so two encodings of the same audio differ in bytes but decode identically.
+
+Resampling is stateful (:mod:`voxcast.audio.resample`), so for every format the concatenation of
+``encode`` outputs and ``finish()`` equals the one-shot encoding byte for byte (after the header
+rewrite for ``wav``, and the WAV wrapping for ``mulaw``/``alaw``); soxr's filter delay means a chunk
+can carry a few ms less audio than went in, and ``finish()`` returns the rest.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import soundfile as sf
+
+from voxcast.audio.formats import (
+    NATIVE_SAMPLE_RATE,
+    STREAMABLE_FORMATS,
+    AudioFormat,
+    check_format_rate,
+    file_content_type,
+    file_extension,
+    stream_content_type,
+)
+from voxcast.audio.pcm import alaw_encode, float_to_int16, mulaw_encode, to_float32
+from voxcast.audio.resample import StreamResampler, resample
+from voxcast.audio.wav import WavCodec, file_header, finalize_stream, stream_header
+
+__all__ = ["StreamEncoder", "encode_file", "stream_to_file"]
+
+_WAV_CODECS = {
+    AudioFormat.WAV: WavCodec.PCM16,
+    AudioFormat.MULAW: WavCodec.MULAW,
+    AudioFormat.ALAW: WavCodec.ALAW,
+}
+
+_SOUNDFILE = {
+    AudioFormat.FLAC: ("FLAC", "PCM_16"),
+    AudioFormat.MP3: ("MP3", "MPEG_LAYER_III"),
+    AudioFormat.OPUS: ("OGG", "OPUS"),
+}
+
+
+def _raw_bytes(fmt: AudioFormat, x: np.ndarray) -> bytes:
+    """Samples (float32 at the output rate) as the raw bytes of a streamable format."""
+    pcm16 = float_to_int16(x)
+    if fmt == AudioFormat.MULAW:
+        return mulaw_encode(pcm16).tobytes()
+    if fmt == AudioFormat.ALAW:
+        return alaw_encode(pcm16).tobytes()
+    return pcm16.astype("<i2", copy=False).tobytes()
+
+
+def _soundfile_bytes(fmt: AudioFormat, x: np.ndarray, sample_rate: int) -> bytes:
+    """A whole flac/mp3/opus file via libsndfile (FLAC gets our int16 rounding, lossy codecs floats)."""
+    if len(x) == 0:
+        raise ValueError(f"cannot encode an empty {fmt} file")
+    container, subtype = _SOUNDFILE[fmt]
+    data = float_to_int16(x) if fmt == AudioFormat.FLAC else np.clip(x, -1.0, 1.0).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, data, sample_rate, format=container, subtype=subtype)
+    return buf.getvalue()
+
+
+def _wav_file(fmt: AudioFormat, data: bytes, sample_rate: int) -> bytes:
+    pad = b"\0" * (len(data) & 1)
+    return file_header(_WAV_CODECS[fmt], sample_rate, len(data)) + data + pad
+
+
+class StreamEncoder:
+    """Encodes one response incrementally.
+
+    Args:
+        format: output format.
+        sample_rate: output rate (one of ``SUPPORTED_SAMPLE_RATES``; Opus: 8/16/24/48 kHz).
+        input_rate: rate of the audio passed to :meth:`encode` (the native 24 kHz by default).
+
+    Attributes:
+        streamable: whether :meth:`encode` returns audio as it comes (pcm, wav, mulaw, alaw).
+        content_type: MIME type of the streamed bytes (e.g. ``audio/PCMU;rate=8000``).
+        file_content_type: MIME type of the complete object (``audio/wav`` for mulaw/alaw).
+        file_extension: extension of the complete object, without dot.
+
+    Raises:
+        ValueError: unsupported rate, or a rate the format cannot carry.
+    """
+
+    def __init__(self, format: AudioFormat, sample_rate: int, input_rate: int = NATIVE_SAMPLE_RATE) -> None:
+        self.format = AudioFormat(format)
+        check_format_rate(self.format, sample_rate)
+        self.sample_rate = sample_rate
+        self.streamable = self.format in STREAMABLE_FORMATS
+        self.content_type = stream_content_type(self.format, sample_rate)
+        self.file_content_type = file_content_type(self.format)
+        self.file_extension = file_extension(self.format)
+        self._resampler = StreamResampler(input_rate, sample_rate)
+        self._pending: list[np.ndarray] = []
+        self._header_sent = False
+        self._finished = False
+
+    def encode(self, pcm: np.ndarray) -> bytes:
+        """Encode the next chunk of audio.
+
+        Args:
+            pcm: 1-D float32 (or int16) samples at ``input_rate``.
+
+        Returns:
+            Bytes to send now: for ``wav`` the first call's bytes start with the streaming header;
+            ``b""`` for non-streamable formats (and possibly for tiny chunks held by the resampler).
+
+        Raises:
+            RuntimeError: called after :meth:`finish`.
+        """
+        if self._finished:
+            raise RuntimeError("StreamEncoder.encode() after finish()")
+        return self._emit(self._resampler.process(to_float32(pcm)))
+
+    def finish(self) -> bytes:
+        """Flush the resampler and end the stream.
+
+        Returns:
+            The last bytes (streamable formats) or the whole file (flac/mp3/opus).
+
+        Raises:
+            RuntimeError: called twice.
+            ValueError: a flac/mp3/opus stream that received no audio.
+        """
+        if self._finished:
+            raise RuntimeError("StreamEncoder.finish() called twice")
+        tail = self._emit(self._resampler.flush())
+        self._finished = True
+        if self.streamable:
+            return tail
+        x = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+        self._pending.clear()
+        return _soundfile_bytes(self.format, x, self.sample_rate)
+
+    def _emit(self, x: np.ndarray) -> bytes:
+        if not self.streamable:
+            self._pending.append(x)
+            return b""
+        out = _raw_bytes(self.format, x)
+        if self.format == AudioFormat.WAV and not self._header_sent:
+            self._header_sent = True
+            out = stream_header(WavCodec.PCM16, self.sample_rate) + out
+        return out
+
+
+def encode_file(
+    pcm_native: np.ndarray,
+    format: AudioFormat,
+    sample_rate: int,
+    input_rate: int = NATIVE_SAMPLE_RATE,
+) -> bytes:
+    """Encode a whole clip as a complete file (the stored object).
+
+    Args:
+        pcm_native: 1-D float32 (or int16) samples at ``input_rate``.
+        format: output format: ``pcm`` gives raw s16le; ``wav`` a PCM16 WAV; ``mulaw``/``alaw`` a
+            G.711 WAV (format tag 7/6); ``flac``, ``mp3`` and ``opus`` (Ogg) via libsndfile.
+        sample_rate: output rate.
+        input_rate: rate of ``pcm_native`` (native 24 kHz by default).
+
+    Returns:
+        The file bytes.
+
+    Raises:
+        ValueError: unsupported rate for the format, or empty audio for flac/mp3/opus.
+    """
+    fmt = AudioFormat(format)
+    check_format_rate(fmt, sample_rate)
+    x = resample(to_float32(pcm_native), input_rate, sample_rate)
+    if fmt in _SOUNDFILE:
+        return _soundfile_bytes(fmt, x, sample_rate)
+    data = _raw_bytes(fmt, x)
+    return data if fmt == AudioFormat.PCM else _wav_file(fmt, data, sample_rate)
+
+
+def stream_to_file(format: AudioFormat, sample_rate: int, streamed: bytes) -> bytes:
+    """The complete object for a finished stream, from the concatenation of all its chunks.
+
+    Args:
+        format: the stream's format.
+        sample_rate: the stream's rate.
+        streamed: every byte :class:`StreamEncoder` returned (``encode`` outputs + ``finish()``).
+
+    Returns:
+        Bytes equal to :func:`encode_file` of the same audio: ``wav`` gets true sizes, ``mulaw``/``alaw``
+        are wrapped in a G.711 WAV, the other formats are already complete.
+    """
+    fmt = AudioFormat(format)
+    if fmt == AudioFormat.WAV:
+        return finalize_stream(streamed)
+    if fmt in (AudioFormat.MULAW, AudioFormat.ALAW):
+        return _wav_file(fmt, streamed, sample_rate)
+    return streamed
