@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh machine, then run the whole suite.
+# Usage: bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null
+    fi
+fi
+
+python -m pip install -q --disable-pip-version-check torch==2.13.0 -e ".[serve,test,parity]"
+# The official package, for the parity tests only (see the parity extra in pyproject.toml).
+python -m pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1
+
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+ruff check src tests scripts handler.py worker.py
+python -m mypy
+python -m pytest "$@"

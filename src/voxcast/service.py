@@ -1,0 +1,377 @@
+"""Bootstrap and request flow shared by every entry point: config -> engine -> store -> voices -> cache.
+
+``Service.load(config)`` loads and warms the engine and opens the blob store, the voice registry and
+the rendered-audio cache. ``service.synthesize(request)`` returns a lazy :class:`ServiceStream` of
+:class:`EncodedChunk` (bytes in the requested format and rate); after iteration ``stream.result``
+holds the :class:`SynthesisResult` (timing, blob key of the complete file). Adapters (CLI, RunPod,
+RQ) only translate to and from this.
+
+A deterministic request (seeded or greedy) whose rendering is in the cache is streamed from storage
+without touching the model (``timing.cache_hit``); a miss renders and then fills the cache once the
+stream has ended, so the first chunk is never delayed. Storage failures never fail a synthesis: they
+are reported in ``result.cache_error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from voxcast.audio.encode import StreamEncoder, stream_to_file
+from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
+from voxcast.audio.wav import WavCodec, header_size
+from voxcast.cache import AudioCache
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.timing import Timing
+from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
+from voxcast.storage.base import BlobStore
+from voxcast.storage.config import StorageConfig, open_store
+from voxcast.storage.keys import validate_key
+from voxcast.voices import VoiceRegistry
+
+__all__ = ["EncodedChunk", "Service", "ServiceConfig", "ServiceStream", "SynthesisResult"]
+
+log = logging.getLogger(__name__)
+
+CACHE_READ_CHUNK_BYTES = 32 * 1024
+"""Chunk size when a cache hit is streamed from storage."""
+
+_RAW_G711 = {AudioFormat.MULAW: WavCodec.MULAW, AudioFormat.ALAW: WavCodec.ALAW}
+
+
+def _bool(v: str) -> bool:
+    return v.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything a process needs to serve. Build with :meth:`from_env`.
+
+    Attributes:
+        engine: the engine configuration (``VOXCAST_MODEL``, ``VOXCAST_DEVICE``, ...).
+        storage: the blob store configuration (``VOXCAST_S3_*``, ``VOXCAST_STORAGE_DIR``).
+        store_audio: store every complete rendering (``VOXCAST_STORE_AUDIO``, on); the final message
+            then carries its key instead of the audio.
+        url_expires_s: lifetime of presigned URLs (``VOXCAST_URL_EXPIRES_S``, 3600).
+    """
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    store_audio: bool = True
+    url_expires_s: int = 3600
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
+        return cls(
+            engine=EngineConfig.from_env(env),
+            storage=StorageConfig.from_env(env),
+            store_audio=_bool(env.get("VOXCAST_STORE_AUDIO", "1")),
+            url_expires_s=int(env.get("VOXCAST_URL_EXPIRES_S", "3600")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedChunk:
+    """Audio bytes of one chunk in the response format.
+
+    ``t_ms`` is the time since the request started (for the first chunk: time to first audio).
+    """
+
+    seq: int
+    data: bytes
+    format: AudioFormat
+    sample_rate: int
+    frames: int
+    t_ms: float
+
+
+@dataclass
+class SynthesisResult:
+    """What is known once a stream has ended."""
+
+    request_id: str
+    format: AudioFormat
+    sample_rate: int
+    content_type: str
+    bytes: int
+    duration_s: float
+    timing: Timing
+    audio_key: str | None = None
+    audio_url: str | None = None
+    voice_id: str | None = None
+    cache_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["format"] = str(self.format)
+        out["timing"] = self.timing.to_dict()
+        return out
+
+
+class ServiceStream(Iterator[EncodedChunk]):
+    """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
+
+    def __init__(self, service: Service, request: SynthesisRequest, store: bool) -> None:
+        self.request = request
+        self.request_id = request.request_id or uuid.uuid4().hex
+        self.result: SynthesisResult | None = None
+        self._service = service
+        self._store = store
+        self._it: Iterator[EncodedChunk] | None = None
+        self._engine_stream: SynthesisStream | None = None
+        self._cancelled = False
+
+    def __iter__(self) -> ServiceStream:
+        return self
+
+    def __next__(self) -> EncodedChunk:
+        if self._it is None:
+            self._it = self._service._run(self)
+        return next(self._it)
+
+    def cancel(self) -> None:
+        """Stop (thread-safe): the engine stops within one frame; a cache read stops at its next chunk."""
+        self._cancelled = True
+        if self._engine_stream is not None:
+            self._engine_stream.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
+class Service:
+    """A loaded engine plus storage. Create with :meth:`load`."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        engine: Engine,
+        store: BlobStore,
+        voices: VoiceRegistry,
+        cache: AudioCache,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.store = store
+        self.voices = voices
+        self.cache = cache
+
+    @classmethod
+    def load(cls, config: ServiceConfig) -> Service:
+        """Open the store, load and warm the engine (in that order: a bad store fails fast)."""
+        store = open_store(config.storage)
+        engine = Engine.load(config.engine)
+        speakers = tuple(engine.model.speakers) if engine.model_type == "custom_voice" else ()
+        voices = VoiceRegistry(
+            store,
+            engine.identity,
+            engine.create_voice,
+            cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
+            builtin=speakers,
+        )
+        return cls(config, engine, store, voices, AudioCache(store))
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
+
+    # -- voices ---------------------------------------------------------------------------------
+    def register_voice(self, audio: bytes, ref_text: str | None = None, x_vector_only: bool = False) -> str:
+        """Register reference audio (+ transcript) and return its voice id (idempotent)."""
+        return self.voices.register(audio, ref_text=ref_text, x_vector_only=x_vector_only)
+
+    def _resolve_voice(self, req: SynthesisRequest, timing: Timing) -> tuple[Any, str, str | None]:
+        """(voice prompt or None, the voice's cache-key part, registered voice id or None)."""
+        t0 = time.perf_counter()
+        try:
+            if req.voice is not None:
+                if (
+                    self.engine.model_type == "custom_voice"
+                    and req.voice.lower() in self.engine.model.speakers
+                ):
+                    return None, req.voice.lower(), None
+                if self.engine.model_type != "base":
+                    raise VoiceNotFound(
+                        f"unknown speaker {req.voice!r}; this model has {list(self.engine.model.speakers)}",
+                        field="voice",
+                    )
+                return self.voices.get(req.voice), req.voice, req.voice
+            audio = req.ref_audio_bytes()
+            if audio is not None:
+                if self.engine.model_type != "base":
+                    raise InvalidRequest(
+                        f"voice cloning needs a Base model; this one is {self.engine.model_type}",
+                        field="ref_audio",
+                    )
+                vid = self.voices.register(audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only)
+                return self.voices.get(vid), vid, vid
+            return None, "", None
+        finally:
+            timing.voice_ms = (time.perf_counter() - t0) * 1000
+
+    # -- synthesis ------------------------------------------------------------------------------
+    def synthesize(
+        self, request: Mapping[str, Any] | SynthesisRequest, *, store: bool | None = None
+    ) -> ServiceStream:
+        """Validate ``request`` and return a lazy stream of encoded chunks.
+
+        Args:
+            request: a request mapping (the shared schema) or a validated request.
+            store: store the complete file (default: ``config.store_audio``).
+
+        Raises:
+            InvalidRequest: the request is malformed (model-dependent errors come from iteration).
+        """
+        req = parse_request(request)
+        return ServiceStream(self, req, self.config.store_audio if store is None else store)
+
+    def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
+        t0 = time.perf_counter()
+        req = s.request
+        timing = Timing(request_id=s.request_id)
+        voice, voice_key, voice_id = self._resolve_voice(req, timing)
+        key = None
+        if req.cache and self.cache.cacheable(req):
+            key = self.cache.key_for(req, voice_key=voice_key, model_identity=self.engine.identity)
+            hit = self._cache_lookup(key)
+            if hit is not None:
+                yield from self._from_cache(s, key, hit, timing, t0, voice_id)
+                return
+        yield from self._from_engine(s, voice, key, timing, t0, voice_id)
+
+    def _cache_lookup(self, key: str) -> Any:
+        try:
+            return self.cache.lookup(key)
+        except StorageError as e:
+            log.warning("cache lookup failed for %s: %s", key, e)
+            return None
+
+    def _from_cache(
+        self, s: ServiceStream, key: str, hit: Any, timing: Timing, t0: float, voice_id: str | None
+    ) -> Iterator[EncodedChunk]:
+        req = s.request
+        skip = header_size(_RAW_G711[req.response_format]) if req.response_format in _RAW_G711 else 0
+        seq, total = 0, 0
+        for data in self.cache.iter_chunks(key, CACHE_READ_CHUNK_BYTES):
+            if s.cancelled:
+                break
+            if skip:
+                cut = min(skip, len(data))
+                data, skip = data[cut:], skip - cut
+            if not data:
+                continue
+            t_ms = (time.perf_counter() - t0) * 1000
+            if seq == 0:
+                timing.ttfa_ms = t_ms
+            total += len(data)
+            yield EncodedChunk(seq, data, req.response_format, req.sample_rate, 0, t_ms)
+            seq += 1
+        timing.cache_hit = True
+        timing.chunks = seq
+        timing.total_ms = (time.perf_counter() - t0) * 1000
+        timing.finish_reason = "cancelled" if s.cancelled else "cache"
+        meta = dict(getattr(hit, "metadata", {}) or {})
+        timing.audio_s = float(meta.get("duration_s", 0.0) or 0.0)
+        timing.frames = int(float(meta.get("frames", 0) or 0))
+        s.result = self._result(s, timing, total, timing.audio_s, self.cache.object_key(key), voice_id, None)
+
+    def _from_engine(
+        self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
+    ) -> Iterator[EncodedChunk]:
+        req = s.request
+        encoder = StreamEncoder(req.response_format, req.sample_rate)
+        es = self.engine.synthesize(req, voice)
+        es.timing = timing
+        s._engine_stream = es
+        if s.cancelled:
+            es.cancel()
+        parts: list[bytes] = []
+        seq = 0
+        for chunk in es:
+            data = encoder.encode(chunk.pcm)
+            if not data:
+                continue
+            parts.append(data)
+            yield EncodedChunk(
+                seq,
+                data,
+                req.response_format,
+                req.sample_rate,
+                chunk.frames,
+                (chunk.t_emit - es.t_submit) * 1000,
+            )
+            seq += 1
+        tail = encoder.finish()
+        if tail:
+            parts.append(tail)
+            yield EncodedChunk(
+                seq, tail, req.response_format, req.sample_rate, 0, (time.perf_counter() - es.t_submit) * 1000
+            )
+        streamed = b"".join(parts)
+        audio_key, error = None, None
+        if timing.finish_reason != "cancelled" and (s._store or key is not None):
+            audio_key, error = self._persist(
+                s, key, stream_to_file(req.response_format, req.sample_rate, streamed), timing
+            )
+        s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)
+
+    def _persist(
+        self, s: ServiceStream, key: str | None, data: bytes, timing: Timing
+    ) -> tuple[str | None, str | None]:
+        """Fill the cache (deterministic requests) or store the rendering; never raises StorageError."""
+        fmt = s.request.response_format
+        content_type = file_content_type(fmt)
+        meta = {
+            "duration_s": f"{timing.audio_s:.3f}",
+            "frames": str(timing.frames),
+            "request_id": s.request_id,
+        }
+        try:
+            if key is not None and not timing.runaway:
+                self.cache.fill(key, data, meta, content_type)
+                return self.cache.object_key(key), None
+            blob_key = validate_key(f"renders/{s.request_id}.{file_extension(fmt)}")
+            self.store.put_bytes(blob_key, data, content_type=content_type, metadata=meta)
+            return blob_key, None
+        except StorageError as e:
+            log.warning("request %s: storing the audio failed: %s", s.request_id, e)
+            return None, str(e)
+
+    def _result(
+        self,
+        s: ServiceStream,
+        timing: Timing,
+        nbytes: int,
+        duration_s: float,
+        audio_key: str | None,
+        voice_id: str | None,
+        error: str | None,
+    ) -> SynthesisResult:
+        req = s.request
+        url = None
+        if audio_key is not None:
+            try:
+                url = self.store.presigned_url(audio_key, self.config.url_expires_s)
+            except StorageError as e:
+                error = error or str(e)
+        return SynthesisResult(
+            request_id=s.request_id,
+            format=req.response_format,
+            sample_rate=req.sample_rate,
+            content_type=stream_content_type(req.response_format, req.sample_rate),
+            bytes=nbytes,
+            duration_s=duration_s,
+            timing=timing,
+            audio_key=audio_key,
+            audio_url=url,
+            voice_id=voice_id,
+            cache_error=error,
+        )

@@ -1,0 +1,125 @@
+"""``voxcast synth``: speak one text to a file and print the timing.
+
+Runs the same path as the servers (Service -> engine -> encoder -> store/cache), on the embedded
+defaults unless told otherwise: local storage, the model from ``--model`` or ``VOXCAST_MODEL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from voxcast.audio.formats import AudioFormat
+from voxcast.errors import VoxcastError
+
+__all__ = ["add_parsers"]
+
+_EXTENSIONS = {
+    ".wav": AudioFormat.WAV,
+    ".flac": AudioFormat.FLAC,
+    ".mp3": AudioFormat.MP3,
+    ".raw": AudioFormat.PCM,
+    ".pcm": AudioFormat.PCM,
+    ".ulaw": AudioFormat.MULAW,
+    ".mulaw": AudioFormat.MULAW,
+    ".alaw": AudioFormat.ALAW,
+    ".opus": AudioFormat.OPUS,
+    ".ogg": AudioFormat.OPUS,
+}
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("synth", help="synthesize one text to a file and print the timing")
+    p.add_argument("text", help="text to speak")
+    p.add_argument("--out", required=True, help="output file; the extension picks the format")
+    p.add_argument("--model", help="checkpoint directory or hub id (default: VOXCAST_MODEL)")
+    p.add_argument("--voice", help="named speaker (CustomVoice) or registered voice id")
+    p.add_argument("--ref-audio", type=Path, help="reference audio file for cloning (Base models)")
+    p.add_argument("--ref-text", help="transcript of the reference audio (ICL cloning)")
+    p.add_argument("--instruct", help="style instruction / voice description")
+    p.add_argument("--language", default="auto")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--sample-rate", type=int, default=24000)
+    p.add_argument("--format", choices=[f.value for f in AudioFormat], help="override the extension")
+    p.add_argument("--device", help="auto, cpu, cuda (default: VOXCAST_DEVICE)")
+    p.add_argument("--dtype", help="auto, float32, bfloat16 (default: VOXCAST_DTYPE)")
+    p.add_argument("--no-warmup", action="store_true", help="skip warm-up (first request is then cold)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
+    p.add_argument("--max-frames", type=int)
+    p.set_defaults(func=run)
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    for flag, name in (("model", "VOXCAST_MODEL"), ("device", "VOXCAST_DEVICE"), ("dtype", "VOXCAST_DTYPE")):
+        if getattr(args, flag):
+            env[name] = getattr(args, flag)
+    if args.no_warmup:
+        env["VOXCAST_WARMUP"] = "0"
+    return env
+
+
+def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
+    req: dict[str, Any] = {
+        "text": args.text,
+        "language": args.language,
+        "response_format": fmt.value,
+        "sample_rate": args.sample_rate,
+        "cache": not args.no_cache,
+        "greedy": args.greedy,
+    }
+    for key in ("voice", "ref_text", "instruct", "seed", "max_frames"):
+        if getattr(args, key) is not None:
+            req[key] = getattr(args, key)
+    if args.ref_audio is not None:
+        req["ref_audio"] = base64.b64encode(args.ref_audio.read_bytes()).decode()
+    return req
+
+
+def run(args: argparse.Namespace) -> int:
+    from voxcast.audio.encode import stream_to_file
+    from voxcast.service import Service, ServiceConfig
+
+    out = Path(args.out)
+    fmt = AudioFormat(args.format) if args.format else _EXTENSIONS.get(out.suffix.lower())
+    if fmt is None:
+        print(f"error: cannot tell the format from {out.suffix!r}; use --format", file=sys.stderr)
+        return 2
+    try:
+        service = Service.load(ServiceConfig.from_env(_env(args)))
+    except VoxcastError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
+    try:
+        stream = service.synthesize(_request(args, fmt), store=False)
+        t0 = time.perf_counter()
+        parts = []
+        for chunk in stream:
+            parts.append(chunk.data)
+            print(
+                f"chunk {chunk.seq:3d}  {chunk.t_ms:8.1f} ms  {len(chunk.data):7d} B  {chunk.frames} frames",
+                file=sys.stderr,
+            )
+        out.write_bytes(stream_to_file(fmt, args.sample_rate, b"".join(parts)) if parts else b"")
+        result = stream.result
+        assert result is not None
+        print(
+            json.dumps(
+                {"out": str(out), "wall_ms": round((time.perf_counter() - t0) * 1000, 1), **result.to_dict()},
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    except VoxcastError as e:
+        print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
+        return 1
+    finally:
+        service.close()
