@@ -1,0 +1,128 @@
+"""The code predictor (the official "sub-talker"): codes 1..15 of a frame from the talker's state.
+
+Per frame it sees two positions, ``[talker hidden (after the final norm), C(code0)]``, projected by
+``small_to_mtp_projection`` (a Linear on 1.7B models, identity on 0.6B), and then produces code g
+with ``lm_head[g-1]``, feeding ``codec_embedding[g-1](code_g)`` back in. The cache is fresh every
+frame: positions start at 0 for each frame, so one small preallocated cache is reused.
+
+Parameter names equal the official ``talker.code_predictor.*`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from voxcast.models.qwen3_tts.config import CodePredictorConfig
+from voxcast.models.qwen3_tts.talker import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq
+
+__all__ = ["CodePredictor", "Picker"]
+
+#: Chooses one code per row from float32 logits ``[B, vocab]``; returns ``[B]`` (int64).
+Picker = Callable[[Tensor], Tensor]
+
+
+class CodePredictorBackbone(nn.Module):
+    """``talker.code_predictor.model``: decoder layers, final norm and the 15 codec embeddings."""
+
+    def __init__(self, cfg: CodePredictorConfig, embedding_dim: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                cfg.hidden_size,
+                cfg.intermediate_size,
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                cfg.rms_norm_eps,
+                cfg.attention_bias,
+            )
+            for _ in range(cfg.num_hidden_layers)
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        # Embeddings live in the talker's width: they are summed into the talker's next input.
+        self.codec_embedding = nn.ModuleList(
+            nn.Embedding(cfg.vocab_size, embedding_dim) for _ in range(cfg.num_code_groups - 1)
+        )
+
+
+class CodePredictor(nn.Module):
+    """``talker.code_predictor``."""
+
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = CodePredictorBackbone(cfg, talker_hidden)
+        self.lm_head = nn.ModuleList(
+            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1)
+        )
+        self.small_to_mtp_projection: nn.Module = (
+            nn.Linear(talker_hidden, cfg.hidden_size, bias=True)
+            if talker_hidden != cfg.hidden_size
+            else nn.Identity()
+        )
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
+
+    @property
+    def num_codes(self) -> int:
+        """Codes produced per frame (15)."""
+        return self.cfg.num_code_groups - 1
+
+    def new_cache(self, *, batch: int = 1) -> list[KVCache]:
+        """A per-layer cache for one frame (``num_code_groups`` positions); reusable across frames."""
+        c = self.cfg
+        w = self.lm_head[0].weight
+        return [
+            KVCache(
+                batch, c.num_key_value_heads, c.num_code_groups, c.head_dim, dtype=w.dtype, device=w.device
+            )
+            for _ in range(c.num_hidden_layers)
+        ]
+
+    def _forward(self, embeds: Tensor, cache: list[KVCache], start: int) -> Tensor:
+        # embeds: [B, L, talker_hidden] -> normed hidden [B, L, cp_hidden]
+        h = self.small_to_mtp_projection(embeds)
+        positions = torch.arange(start, start + h.shape[1], device=h.device)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, h.dtype)
+        for layer, layer_cache in zip(self.model.layers, cache, strict=True):
+            h = layer(h, cos, sin, layer_cache, start)
+        return self.model.norm(h)
+
+    def predict(
+        self, talker_hidden: Tensor, code0_embed: Tensor, cache: list[KVCache], pick: Picker
+    ) -> Tensor:
+        """Codes 1..15 of one frame.
+
+        Args:
+            talker_hidden: ``[B, 1, talker_hidden]`` last talker output (after the final norm).
+            code0_embed: ``[B, 1, talker_hidden]`` = ``C(code0)``.
+            cache: from :meth:`new_cache` (overwritten).
+            pick: turns float32 logits ``[B, vocab]`` into codes ``[B]``; called 15 times in order.
+
+        Returns:
+            ``[B, 15]`` int64 codes.
+        """
+        x = torch.cat((talker_hidden, code0_embed), dim=1)  # [B, 2, H]
+        start = 0
+        codes: list[Tensor] = []
+        for g in range(self.num_codes):
+            h = self._forward(x, cache, start)
+            start += x.shape[1]
+            logits = self.lm_head[g](h)[:, -1, :].to(torch.float32)  # [B, vocab]
+            code = pick(logits)  # [B]
+            codes.append(code)
+            if g + 1 < self.num_codes:
+                x = self.model.codec_embedding[g](code[:, None])  # [B, 1, H]
+        return torch.stack(codes, dim=1)
+
+    def frame_embed(self, code0_embed: Tensor, codes: Tensor) -> Tensor:
+        """``E(frame)``: ``C(code0) + sum_g codec_embedding[g-1](code_g)``; ``[B, 1, talker_hidden]``.
+
+        Args:
+            code0_embed: ``[B, 1, H]``.
+            codes: ``[B, 15]`` codes 1..15.
+        """
+        parts = [code0_embed] + [emb(codes[:, i : i + 1]) for i, emb in enumerate(self.model.codec_embedding)]
+        return torch.cat(parts, dim=1).sum(1, keepdim=True)  # same reduction as the official code
