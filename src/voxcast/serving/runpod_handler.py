@@ -1,0 +1,317 @@
+"""The RunPod serverless adapter: an async generator handler over the voxcast service.
+
+``main()`` (called by the repository's ``handler.py``) loads and warms the service *before*
+``runpod.serverless.start()``, so no job ever waits for a model load; if loading fails the process
+exits non-zero instead of becoming a worker that takes jobs it cannot serve.
+
+Each job's ``input`` is one of:
+
+* a synthesis request (the shared schema, :func:`voxcast.engine.request.parse_request`), optionally
+  with ``"action": "synthesize"``. With ``stream: true`` (the default) every engine chunk is yielded
+  as it is produced (see :mod:`voxcast.serving.runpod_messages` for the message protocol), then one
+  final message with the timing and the blob key / URL of the complete file. With
+  ``stream: false`` only the final message is yielded, with the file inline as base64 when it is
+  small (``VOXCAST_RUNPOD_INLINE_MAX_BYTES``).
+* ``{"action": "register_voice", "ref_audio": "<base64>", "ref_text": "...", "x_vector_only": false}``
+  -> ``{"voice_id": "..."}``.
+* ``{"action": "list_voices"}`` -> ``{"voices": [...]}``.
+
+Every bad input ends the job with ``{"error": {"code", "message", "field"}}`` and the worker keeps
+serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.runpod_pump.ThreadPump`),
+so the SDK's event loop, which also POSTs the messages and runs other jobs, never blocks on the model.
+When the platform stops a job it cancels the job's asyncio task; the handler then cancels the engine
+stream, which ends within one frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request
+from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
+from voxcast.serving.runpod_config import RunpodConfig
+from voxcast.serving.runpod_messages import audio_messages, error_message, final_message
+from voxcast.serving.runpod_pump import ThreadPump
+from voxcast.serving.runpod_redis import RedisMirror, safe_id
+
+if TYPE_CHECKING:
+    from voxcast.service import Service
+
+__all__ = ["RunpodHandler", "main"]
+
+log = logging.getLogger(__name__)
+
+ENGINE_FAILURE_EXIT_DELAY_S = 2.0
+"""After the engine died, the worker exits this long after reporting the job's error (so the done
+POST goes out first); RunPod then replaces the container instead of sending it more jobs."""
+
+
+class _RegisterVoiceInput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: str
+    ref_audio: str = Field(..., description="reference audio file, base64 (data: URI ok)")
+    ref_text: str | None = Field(None, max_length=2000)
+    x_vector_only: bool = False
+
+
+def _decode_audio(value: str) -> bytes:
+    payload = value.split(",", 1)[1] if value.startswith("data:") else value
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise InvalidRequest("ref_audio is not valid base64", field="ref_audio") from e
+    if not raw or len(raw) > MAX_REF_AUDIO_BYTES:
+        raise InvalidRequest(f"ref_audio must be 1..{MAX_REF_AUDIO_BYTES} bytes", field="ref_audio")
+    return raw
+
+
+def _jsonable(value: Any) -> Any:
+    """Best-effort JSON-able view of registry entries (dataclasses, pydantic models, plain values)."""
+    for attr in ("to_dict", "model_dump"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            return fn()
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _origin_unix(stream: Any, pump: ThreadPump[Any]) -> float:
+    """Wall clock (Unix s) of the origin of the chunks' ``t_ms``, so that listeners in other processes
+    can relate arrival times to emit times. Uses the stream's ``t_start`` (perf_counter) when the
+    service exposes it, else the moment the pump began iterating (later than the origin by the voice
+    lookup only, so per-chunk delays computed from it are upper bounds)."""
+    origin = getattr(stream, "t_start", None) or pump.t_started
+    return round(time.time() - (time.perf_counter() - origin), 6)
+
+
+class RunpodHandler:
+    """Turns RunPod jobs into service calls. ``handle`` is the SDK's handler (an async generator).
+
+    Args:
+        service: a loaded, warmed :class:`~voxcast.service.Service`.
+        config: adapter settings.
+        redis_client: a Redis client (``decode_responses=False``) to mirror chunks to Redis Streams;
+            None = no mirroring.
+    """
+
+    def __init__(self, service: Service, config: RunpodConfig, redis_client: Any = None) -> None:
+        self.service = service
+        self.config = config
+        self.redis_client = redis_client
+        self.on_engine_failure: Callable[[], None] | None = None
+        """Called (on the loop) after a job hit :class:`EngineUnavailable`; ``main`` exits the worker."""
+
+    async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Run one job; yields JSON-able messages (chunks, then a final message or an error)."""
+        job_id = str(job.get("id") or "local")
+        data = job.get("input")
+        action = data.get("action", "synthesize") if isinstance(data, Mapping) else "synthesize"
+        try:
+            if action == "synthesize":
+                async for message in self._synthesize(job_id, data):
+                    yield message
+            elif action == "register_voice":
+                yield await self._register_voice(job_id, data)
+            elif action == "list_voices":
+                voices = await asyncio.to_thread(self.service.voices.list_voices)
+                yield {"voices": _jsonable(voices)}
+            else:
+                raise InvalidRequest(
+                    f"unknown action {action!r}; use synthesize, register_voice or list_voices",
+                    field="action",
+                )
+        except VoxcastError as e:
+            log.info("job %s: failed: %s", job_id, e.to_dict())
+            if isinstance(e, EngineUnavailable) and self.on_engine_failure is not None:
+                self.on_engine_failure()
+            yield error_message(e)
+        except Exception as e:  # a bug: report it, keep serving
+            log.exception("job %s: unexpected error", job_id)
+            yield error_message({"code": "internal_error", "message": f"{type(e).__name__}: {e}"})
+
+    # ---------------------------------------------------------------- synthesize
+    def _parse(self, job_id: str, data: Any) -> SynthesisRequest:
+        if isinstance(data, Mapping):
+            data = {k: v for k, v in data.items() if k != "action"}
+            data.setdefault("request_id", safe_id(job_id))
+        return parse_request(data)
+
+    async def _synthesize(self, job_id: str, data: Any) -> AsyncIterator[dict[str, Any]]:
+        t0 = time.perf_counter()
+        request = self._parse(job_id, data)
+        stream = await asyncio.to_thread(self.service.synthesize, request, store=True)
+        mirror = await self._open_mirror(job_id, request)
+        pump = ThreadPump(
+            stream,
+            maxsize=self.config.queue_chunks,
+            on_item=mirror.chunk if mirror else None,
+            name=f"voxcast-job-{job_id}"[:60],
+        ).start()
+        seq, kept, size = 0, [], 0
+        try:
+            async for chunk in pump:
+                size += len(chunk.data)
+                if not request.stream:  # keep the file only while it may still be inlined
+                    if size <= self.config.inline_max_bytes:
+                        kept.append(chunk.data)
+                    else:
+                        kept.clear()
+                    continue
+                for message in self._chunk_messages(chunk, seq):
+                    if seq == 0:
+                        log.info(
+                            "job %s: first message after %.1f ms", job_id, (time.perf_counter() - t0) * 1e3
+                        )
+                    seq += 1
+                    yield message
+            if stream.result is None:
+                raise VoxcastError("the synthesis stream ended without a result")
+            result = stream.result.to_dict()
+            if mirror:
+                await asyncio.to_thread(mirror.eos, result)
+            inline = b"".join(kept) if kept else None
+            result["t0_unix"] = _origin_unix(stream, pump)
+            log.info("job %s: done, %d messages, %.1f ms", job_id, seq, (time.perf_counter() - t0) * 1e3)
+            yield final_message(result, seq=seq, messages=seq, inline_audio=inline)
+        except BaseException as e:
+            self._abort(job_id, stream, pump, mirror, e)
+            raise
+        finally:
+            pump.close()
+
+    def _chunk_messages(self, chunk: Any, seq: int) -> list[dict[str, Any]]:
+        return audio_messages(
+            chunk.data,
+            first_seq=seq,
+            format=str(chunk.format),
+            sample_rate=chunk.sample_rate,
+            t_ms=chunk.t_ms,
+            frames=chunk.frames,
+            max_bytes=self.config.max_message_audio_bytes,
+        )
+
+    def _abort(
+        self, job_id: str, stream: Any, pump: ThreadPump[Any], mirror: RedisMirror | None, e: BaseException
+    ) -> None:
+        """Cancel the engine stream after a failure, a cancelled task or an early close. Never blocks."""
+        stream.cancel()
+        pump.close()
+        cancelled = isinstance(e, asyncio.CancelledError | GeneratorExit | Cancelled)
+        log.info(
+            "job %s: %s; engine stream cancelled", job_id, "cancelled" if cancelled else type(e).__name__
+        )
+        if mirror:
+            # publish the terminal entry from a thread: the loop may be tearing this task down
+            threading.Thread(target=mirror.end, args=(e,), name="voxcast-redis-end", daemon=True).start()
+
+    async def _open_mirror(self, job_id: str, request: SynthesisRequest) -> RedisMirror | None:
+        if self.redis_client is None:
+            return None
+        mirror = RedisMirror(self.redis_client, job_id)
+        await asyncio.to_thread(mirror.start, request)
+        return mirror
+
+    # ------------------------------------------------------------------- voices
+    async def _register_voice(self, job_id: str, data: Any) -> dict[str, Any]:
+        try:
+            req = _RegisterVoiceInput.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+            raise InvalidRequest(f"{field}: {first.get('msg', 'invalid value')}", field=field) from e
+        audio = _decode_audio(req.ref_audio)
+        voice_id = await asyncio.to_thread(
+            self.service.register_voice, audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only
+        )
+        log.info("job %s: registered voice %s", job_id, voice_id)
+        return {"voice_id": voice_id}
+
+
+# ------------------------------------------------------------------------ main
+def _die(code: int) -> None:
+    """Exit now, flushing logs first (``os._exit``: engine threads must not keep a broken worker alive)."""
+    logging.shutdown()
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            s.flush()
+    os._exit(code)
+
+
+def _exit_soon() -> None:
+    """Schedule the worker's exit (exit code 3) once the failed job's result had time to go out."""
+    asyncio.get_running_loop().call_later(ENGINE_FAILURE_EXIT_DELAY_S, _die, 3)
+
+
+def _redis_client(url: str) -> Any:
+    import redis
+
+    client = redis.Redis.from_url(url, decode_responses=False, socket_timeout=5, socket_connect_timeout=5)
+    client.ping()
+    return client
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Load and warm the service, then run the RunPod worker loop (never returns normally on success).
+
+    Returns:
+        a non-zero exit code when configuration or loading fails.
+    """
+    env = os.environ if env is None else env
+    try:
+        from voxcast.service import Service, ServiceConfig
+
+        config = RunpodConfig.from_env(env)
+        service = Service.load(ServiceConfig.from_env(env))
+        redis_client = _redis_client(config.redis_url) if config.redis_url else None
+    except Exception:
+        log.exception("voxcast runpod worker: start-up failed; exiting")
+        _die(1)
+        return 1  # only reached when _die is patched out in tests
+    handler = RunpodHandler(service, config, redis_client)
+    handler.on_engine_failure = _exit_soon
+    _start_sdk(handler, config)
+    return 0
+
+
+def _start_sdk(handler: RunpodHandler, config: RunpodConfig) -> None:
+    import runpod
+    from runpod.serverless.modules.rp_logger import RunPodLogger
+
+    RunPodLogger().set_level(config.sdk_log_level)
+
+    @runpod.serverless.register_fitness_check
+    def voxcast_engine_ready() -> None:
+        """Production start-up check (runs before the first job-take)."""
+        if not handler.service.engine.alive:
+            raise RuntimeError("the voxcast engine thread is not running")
+
+    log.info(
+        "voxcast runpod worker: starting SDK (concurrency=%d, aggregate=%s)",
+        config.concurrency,
+        config.aggregate,
+    )
+    runpod.serverless.start(
+        {
+            "handler": handler.handle,
+            "return_aggregate_stream": config.aggregate,
+            "concurrency_modifier": config.concurrency_modifier,
+        }
+    )

@@ -1,0 +1,131 @@
+"""Run a blocking iterator on its own thread and consume it from asyncio without blocking the loop.
+
+The RunPod SDK runs every job as a task on one event loop (several at once when
+``concurrency_modifier`` > 1) and also uses that loop to POST each yielded message. An engine
+stream blocks while the model computes the next frame, so it must never be iterated on the loop:
+:class:`ThreadPump` iterates it on a dedicated thread and hands each item over with
+``loop.call_soon_threadsafe``. A bounded number of items may wait for the consumer; beyond that the
+producer thread waits (back-pressure), never the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = ["ThreadPump"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+class ThreadPump(Generic[T]):
+    """Async iterator over ``source``, which is iterated on a separate daemon thread.
+
+    Args:
+        source: a blocking iterable (e.g. an engine stream); iterated only on the pump's thread.
+        maxsize: items that may wait for the consumer before the producer thread blocks.
+        on_item: called on the producer thread with each item before it is handed over (for
+            blocking side work such as publishing to Redis); an exception from it ends the pump.
+        name: thread name (for logs and debuggers).
+
+    Use ``async for item in pump`` after :meth:`start`; call :meth:`close` when the consumer stops
+    early (it never blocks). An exception raised by ``source`` is re-raised to the consumer.
+    """
+
+    def __init__(
+        self,
+        source: Iterable[T],
+        *,
+        maxsize: int = 16,
+        on_item: Callable[[T], None] | None = None,
+        name: str = "voxcast-pump",
+    ) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be >= 1")
+        self._source = source
+        self._on_item = on_item
+        self._slots = threading.Semaphore(maxsize)
+        self._closed = threading.Event()
+        self._finished = threading.Event()
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.items_after_close = 0
+        """Items ``source`` produced after :meth:`close` (how far the producer ran on)."""
+        self.t_started = 0.0
+        """``time.perf_counter()`` when the producer thread started iterating ``source``."""
+
+    def start(self) -> ThreadPump[T]:
+        """Start the producer thread; must be called from the consuming event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+        return self
+
+    @property
+    def finished(self) -> bool:
+        """True once the producer thread has stopped iterating ``source``."""
+        return self._finished.is_set()
+
+    def close(self) -> None:
+        """Stop handing items over; the producer stops after its current item. Never blocks."""
+        self._closed.set()
+        self._slots.release()  # wake a producer waiting for room
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the producer thread (blocking!); True if it ended."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    async def wait_finished(self, timeout_s: float) -> bool:
+        """Wait on the loop (without blocking it) until the producer ended; True if it did."""
+        return await asyncio.to_thread(self._finished.wait, timeout_s)
+
+    def __aiter__(self) -> ThreadPump[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        kind, value = await self._queue.get()
+        if kind == _ITEM:
+            self._slots.release()
+            return value
+        if kind == _ERROR:
+            raise value
+        raise StopAsyncIteration
+
+    # -------------------------------------------------------------- producer side
+    def _run(self) -> None:
+        self.t_started = time.perf_counter()
+        try:
+            self._produce(iter(self._source))
+            self._post(_END, None)
+        except BaseException as e:  # handed to the consumer, which decides
+            self._post(_ERROR, e)
+        finally:
+            self._finished.set()
+
+    def _produce(self, it: Iterator[T]) -> None:
+        for item in it:
+            if self._closed.is_set():
+                self.items_after_close += 1
+                return
+            if self._on_item is not None:
+                self._on_item(item)
+            self._slots.acquire()
+            if self._closed.is_set():
+                return
+            self._post(_ITEM, item)
+
+    def _post(self, kind: str, value: Any) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            log.debug("pump %s: event loop closed; dropping %s", self._thread.name, kind)
