@@ -1,0 +1,157 @@
+"""Reference audio for voice cloning: decode, downmix, resample to 24 kHz, validate.
+
+Any container libsndfile reads (WAV, FLAC, OGG/Vorbis, OGG/Opus, MP3, AIFF, ...) is accepted.
+Channels are averaged (as the official wrapper does). Other rates are resampled with soxr at
+"HQ" quality and the length fixed to ``ceil(n * 24000 / sr)``: this is exactly what the official
+wrapper's ``librosa.resample`` does by default (``res_type="soxr_hq"``, ``fix=True``), so reference
+codes and x-vectors match the official ones for any input rate, not only 24 kHz.
+
+Limits are documented constants; every rejection is an
+:class:`~voxcast.errors.InvalidRequest` with ``field="ref_audio"``.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from voxcast.errors import InvalidRequest
+
+__all__ = [
+    "MAX_DURATION_S",
+    "MIN_DURATION_S",
+    "SAMPLE_RATE",
+    "SILENCE_PEAK",
+    "load_reference_audio",
+    "prepare_reference_audio",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Rate of the speech tokenizer and speaker encoder.
+SAMPLE_RATE = 24000
+#: Shortest accepted reference (seconds). Shorter clips give unreliable x-vectors and ICL prompts.
+MIN_DURATION_S = 1.0
+#: Longest accepted reference (seconds). Longer clips only grow the prompt (12.5 frames per second).
+MAX_DURATION_S = 30.0
+#: A clip whose absolute peak stays below this (about -80 dBFS) counts as silent.
+SILENCE_PEAK = 1e-4
+#: Largest accepted encoded input (bytes), checked before decoding.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+_FIELD = "ref_audio"
+
+
+def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int]:
+    """Decode to float32 [frames, channels] and the file's rate."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        if not raw:
+            raise InvalidRequest("reference audio is empty (0 bytes)", field=_FIELD)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise InvalidRequest(f"reference audio is larger than {MAX_INPUT_BYTES} bytes", field=_FIELD)
+        source: io.BytesIO | str = io.BytesIO(raw)
+    else:
+        path = Path(data)
+        if not path.is_file():
+            raise InvalidRequest(f"reference audio file not found: {path}", field=_FIELD)
+        if path.stat().st_size == 0:
+            raise InvalidRequest("reference audio is empty (0 bytes)", field=_FIELD)
+        source = str(path)
+    try:
+        audio, sr = sf.read(source, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise InvalidRequest(
+            f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}",
+            field=_FIELD,
+        ) from e
+    return audio, int(sr)
+
+
+def _resample(wav: np.ndarray, sr: int) -> np.ndarray:
+    """Resample mono float32 audio to 24 kHz as ``librosa.resample(res_type="soxr_hq")``."""
+    if sr == SAMPLE_RATE:
+        return wav
+    n_out = math.ceil(wav.shape[0] * SAMPLE_RATE / sr)
+    out = soxr.resample(wav, sr, SAMPLE_RATE, quality="HQ")
+    if out.shape[0] > n_out:
+        out = out[:n_out]
+    elif out.shape[0] < n_out:
+        out = np.pad(out, (0, n_out - out.shape[0]))
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _validate(wav: np.ndarray) -> None:
+    seconds = wav.shape[0] / SAMPLE_RATE
+    if wav.shape[0] == 0:
+        raise InvalidRequest("reference audio contains no samples", field=_FIELD)
+    if not np.isfinite(wav).all():
+        raise InvalidRequest("reference audio contains NaN or infinite samples", field=_FIELD)
+    if seconds < MIN_DURATION_S:
+        raise InvalidRequest(
+            f"reference audio is too short ({seconds:.2f} s; at least {MIN_DURATION_S:g} s)", field=_FIELD
+        )
+    if seconds > MAX_DURATION_S:
+        raise InvalidRequest(
+            f"reference audio is too long ({seconds:.1f} s; at most {MAX_DURATION_S:g} s)", field=_FIELD
+        )
+    if float(np.max(np.abs(wav))) < SILENCE_PEAK:
+        raise InvalidRequest("reference audio is silent", field=_FIELD)
+
+
+def prepare_reference_audio(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Downmix, resample and validate an already decoded waveform.
+
+    Args:
+        audio: samples [n] or [n, channels] (channels last, as soundfile returns them).
+        sample_rate: rate of ``audio`` in Hz.
+
+    Returns:
+        float32 mono waveform at 24 kHz.
+
+    Raises:
+        InvalidRequest: (field "ref_audio") bad rate, empty, non-finite, silent, too short or too long.
+    """
+    if sample_rate <= 0:
+        raise InvalidRequest(f"invalid reference audio sample rate {sample_rate}", field=_FIELD)
+    wav = np.asarray(audio, dtype=np.float32)
+    if wav.ndim == 2:
+        wav = np.mean(wav, axis=-1) if wav.shape[1] > 1 else wav[:, 0]
+    elif wav.ndim != 1:
+        raise InvalidRequest(f"reference audio has shape {wav.shape}; expected [n] or [n, ch]", field=_FIELD)
+    if wav.shape[0] == 0:
+        raise InvalidRequest("reference audio contains no samples", field=_FIELD)
+    if wav.shape[0] / sample_rate > 2 * MAX_DURATION_S:  # reject before spending time resampling
+        raise InvalidRequest(
+            f"reference audio is too long ({wav.shape[0] / sample_rate:.1f} s; at most {MAX_DURATION_S:g} s)",
+            field=_FIELD,
+        )
+    wav = _resample(np.ascontiguousarray(wav, dtype=np.float32), int(sample_rate))
+    _validate(wav)
+    return wav
+
+
+def load_reference_audio(data: bytes | str | Path) -> np.ndarray:
+    """Decode reference audio from encoded bytes or a file path into float32 mono 24 kHz samples.
+
+    Args:
+        data: the encoded file (bytes) or a path to it.
+
+    Returns:
+        float32 waveform [n] at 24 kHz, ``MIN_DURATION_S <= n / 24000 <= MAX_DURATION_S``.
+
+    Raises:
+        InvalidRequest: (field "ref_audio") empty, undecodable, silent, too short or too long.
+    """
+    audio, sr = _decode(data)
+    wav = prepare_reference_audio(audio, sr)
+    logger.debug(
+        "reference audio: %d Hz x %d ch -> %.2f s at 24 kHz", sr, audio.shape[1], wav.shape[0] / SAMPLE_RATE
+    )
+    return wav
