@@ -1,0 +1,229 @@
+"""VoiceRegistry against both backends, with a small deterministic prompt type (safetensors + JSON)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from tests.fixtures.s3 import MotoServer
+from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
+from voxcast.storage import BlobStore, open_store
+from voxcast.storage.keys import voice_keys
+from voxcast.voices import VoiceRegistry
+
+
+@dataclass
+class FakePrompt:
+    """Stands in for the model's VoicePrompt: an x-vector derived from the audio, plus the mode."""
+
+    x_vector: np.ndarray
+    ref_text: str | None
+    x_vector_only: bool
+
+    def to_bytes(self) -> bytes:
+        meta = {"ref_text": json.dumps(self.ref_text), "x_vector_only": str(self.x_vector_only)}
+        return st_save({"x_vector": self.x_vector}, metadata=meta)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FakePrompt:
+        tensors = st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
+        return cls(tensors["x_vector"], json.loads(meta["ref_text"]), meta["x_vector_only"] == "True")
+
+
+class CountingBuilder:
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, audio: bytes, ref_text: str | None, x_vector_only: bool) -> FakePrompt:
+        with self._lock:
+            self.calls += 1
+        if audio.startswith(b"BAD"):
+            raise InvalidRequest("not audio", field="ref_audio")
+        seed = int.from_bytes(hashlib.sha256(audio).digest()[:4], "little")
+        vec = np.random.default_rng(seed).standard_normal(1024).astype(np.float32)
+        return FakePrompt(vec, ref_text, x_vector_only)
+
+
+def _registry(
+    store: BlobStore, builder: CountingBuilder, model: str = "qwen3-tts-base-tiny", **kw: object
+) -> VoiceRegistry[FakePrompt]:
+    return VoiceRegistry(store, model, builder, FakePrompt.from_bytes, **kw)  # type: ignore[arg-type]
+
+
+AUDIO = b"RIFF" + bytes(range(256)) * 100
+
+
+def test_register_is_idempotent_and_shared_between_workers(blob_store: BlobStore) -> None:
+    builder = CountingBuilder()
+    reg = _registry(blob_store, builder)
+    vid = reg.register(AUDIO, "  hello there ")
+    assert vid.startswith("vx_") and reg.register(AUDIO, "hello there") == vid
+    assert builder.calls == 1
+    prompt, hit = reg.lookup(vid)
+    assert hit and prompt.ref_text == "hello there"
+
+    other_builder = CountingBuilder()  # another worker: same store, empty memory
+    other = _registry(blob_store, other_builder)
+    assert other.register(AUDIO, "hello there") == vid and other_builder.calls == 0
+    assert other.lookup(vid)[1] is True  # register loaded it into memory
+    third = _registry(blob_store, CountingBuilder())
+    loaded, hit = third.lookup(vid)
+    assert not hit and np.array_equal(loaded.x_vector, prompt.x_vector)
+    assert third.lookup(vid)[1] is True
+
+
+def test_modes_and_texts_give_distinct_ids(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder())
+    ids = {reg.register(AUDIO, "a"), reg.register(AUDIO, "b"), reg.register(AUDIO, None, True)}
+    assert len(ids) == 3
+    assert reg.register(AUDIO, "ignored in this mode", True) in ids
+
+
+def test_unknown_and_malformed_ids(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder())
+    for bad in ["vx_" + "0" * 32, "../../etc/passwd", "nobody", ""]:
+        with pytest.raises(VoiceNotFound) as ei:
+            reg.get(bad)
+        assert ei.value.field == "voice"
+
+
+def test_other_models_voices_are_invisible(blob_store: BlobStore) -> None:
+    vid = _registry(blob_store, CountingBuilder(), "model-a").register(AUDIO, "x")
+    other = _registry(blob_store, CountingBuilder(), "model-b")
+    with pytest.raises(VoiceNotFound):
+        other.get(vid)
+    assert [v.voice_id for v in other.list_voices()] == []
+
+
+def test_corrupt_object_is_a_clear_error(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder())
+    vid = reg.register(AUDIO, "x")
+    key, _ = voice_keys(reg.model_identity, vid)
+    tags = dict(blob_store.head(key).metadata)  # type: ignore[union-attr]
+    blob_store.put_bytes(key, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json", metadata=tags)
+    fresh = _registry(blob_store, CountingBuilder())
+    with pytest.raises(StorageError, match="corrupt"):
+        fresh.get(vid)
+
+
+def test_foreign_object_is_a_clear_error(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder())
+    vid = reg.register(AUDIO, "x")
+    key, _ = voice_keys(reg.model_identity, vid)
+    blob_store.put_bytes(key, b"someone else's file")  # no voxcast tags
+    with pytest.raises(StorageError, match="not a voice prompt"):
+        _registry(blob_store, CountingBuilder()).get(vid)
+
+
+def test_builder_rejection_stores_nothing(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder())
+    with pytest.raises(InvalidRequest):
+        reg.register(b"BAD audio", "x")
+    with pytest.raises(InvalidRequest):
+        reg.register(b"", "x")
+    assert list(blob_store.list_keys()) == []
+
+
+def test_list_info_delete_and_builtins(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder(), speakers=["Vivian", "Ryan"])
+    vid = reg.register(AUDIO, "hello")
+    listed = reg.list_voices()
+    assert [(v.voice_id, v.builtin) for v in listed] == [("Ryan", True), ("Vivian", True), (vid, False)]
+    info = reg.info(vid)
+    assert info.ref_text == "hello" and info.x_vector_only is False and info.nbytes and info.created_at
+    assert reg.is_builtin("vivian") and reg.builtin_name("VIVIAN") == "Vivian" and reg.info("ryan").builtin
+    with pytest.raises(InvalidRequest):
+        reg.get("Vivian")
+    with pytest.raises(InvalidRequest):
+        reg.delete("Vivian")
+    assert reg.delete(vid) is True and reg.delete(vid) is False
+    with pytest.raises(VoiceNotFound):
+        reg.get(vid)
+    with pytest.raises(VoiceNotFound):
+        reg.info(vid)
+    assert [v.voice_id for v in reg.list_voices()] == ["Ryan", "Vivian"]
+
+
+def test_lru_is_bounded_in_bytes(local_store: BlobStore) -> None:
+    one = len(CountingBuilder()(AUDIO, None, True).to_bytes())
+    reg = _registry(local_store, CountingBuilder(), max_cache_bytes=int(2.5 * one))
+    ids = [reg.register(AUDIO + bytes([i]), None, True) for i in range(4)]
+    assert reg.cached_bytes <= 2.5 * one
+    assert reg.lookup(ids[0])[1] is False  # evicted, reloaded from the store
+    assert reg.lookup(ids[3])[1] is True  # most recent survive: now ids[3], ids[0]
+    assert reg.lookup(ids[2])[1] is False
+
+
+def test_concurrent_registration_builds_one_object(blob_store: BlobStore) -> None:
+    regs = [_registry(blob_store, CountingBuilder()) for _ in range(8)]
+    out: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def go(r: VoiceRegistry[FakePrompt]) -> None:
+        barrier.wait()
+        out.append(r.register(AUDIO, "same"))
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in regs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out) == 8 and len(set(out)) == 1
+    assert sorted(blob_store.list_keys())[0].endswith(".json")
+    assert len(list(blob_store.list_keys())) == 2
+    assert _registry(blob_store, CountingBuilder()).get(out[0]).ref_text == "same"
+
+
+def test_store_down_during_register_keeps_voice_in_memory(s3_server: MotoServer, s3_bucket: str) -> None:
+    store = open_store(s3_server.storage_config(s3_bucket))
+    builder = CountingBuilder()
+    reg = _registry(store, builder)
+    s3_server.stop()
+    try:
+        with pytest.raises(StorageError):
+            reg.register(AUDIO, "x")
+    finally:
+        s3_server.start()
+    assert builder.calls == 1
+    store.client.create_bucket(Bucket=s3_bucket)  # type: ignore[attr-defined]
+    vid = reg.register(AUDIO, "x")  # retries the write, does not rebuild
+    assert builder.calls == 1
+    assert _registry(store, CountingBuilder()).get(vid).ref_text == "x"
+
+
+def test_ensure_returns_prompt_and_reports_store_failure(s3_server: MotoServer, s3_bucket: str) -> None:
+    store = open_store(s3_server.storage_config(s3_bucket))
+    builder = CountingBuilder()
+    reg = _registry(store, builder)
+    s3_server.stop()
+    try:
+        r = reg.ensure(AUDIO, "x")
+    finally:
+        s3_server.start()
+    assert r.built and not r.cache_hit and isinstance(r.storage_error, StorageError)
+    assert reg.get(r.voice_id) is r.prompt  # usable in this process
+    store.client.create_bucket(Bucket=s3_bucket)  # type: ignore[attr-defined]
+    r2 = reg.ensure(AUDIO, "x")
+    assert r2.storage_error is None and r2.cache_hit and not r2.built and builder.calls == 1
+    r3 = _registry(store, CountingBuilder()).ensure(AUDIO, "x")
+    assert not r3.built and not r3.cache_hit and r3.storage_error is None
+
+
+def test_ensure_repairs_a_corrupt_prompt(blob_store: BlobStore) -> None:
+    vid = _registry(blob_store, CountingBuilder()).register(AUDIO, "x")
+    key, _ = voice_keys("qwen3-tts-base-tiny", vid)
+    blob_store.put_bytes(key, b"junk")
+    builder = CountingBuilder()
+    r = _registry(blob_store, builder).ensure(AUDIO, "x")
+    assert r.built and r.storage_error is None and builder.calls == 1
+    assert _registry(blob_store, CountingBuilder()).get(vid).ref_text == "x"
