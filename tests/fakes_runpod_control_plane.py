@@ -55,7 +55,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TAKE_HOLD_S = 0.5
 """How long job-take holds an empty poll open before 204 (the SDK re-polls at once after a 204)."""
 
-STOP_HOLD_S = 2.0
+STOP_HOLD_S = 1.0
 """How long job-stop holds an empty poll (the SDK sleeps 1 s after an empty answer)."""
 
 API_KEY = "fake-runpod-api-key"

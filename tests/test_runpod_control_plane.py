@@ -1,0 +1,92 @@
+"""The fake control plane against the real runpod SDK worker, with a model-free handler.
+
+Pins down the SDK behaviour the voxcast handler relies on (runpod 1.12, production mode): every
+yield is POSTed as it is produced; a yielded ``{"error": ...}`` fails the job with ``str()`` of the
+value; a stop signal cancels the job's task and nothing more is sent for it; the worker then serves
+the next job.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes_runpod_control_plane import FakeControlPlane, WorkerProcess, running_worker
+
+pytest.importorskip("runpod")
+
+_HANDLER = textwrap.dedent(
+    """
+    import asyncio, json, time
+    import runpod
+
+    class Err(dict):
+        def __str__(self):
+            return json.dumps(self)
+
+    async def handler(job):
+        inp = job["input"]
+        if inp.get("bad"):
+            yield {"error": Err(code="invalid_request", field="text")}
+            return
+        try:
+            for i in range(inp.get("n", 3)):
+                await asyncio.sleep(inp.get("sleep", 0.1))
+                yield {"seq": i, "ts": time.time()}
+        except asyncio.CancelledError:
+            print("CANCELLED", job["id"], flush=True)
+            raise
+
+    runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    d = tmp_path_factory.mktemp("rp_fake")
+    (d / "handler.py").write_text(_HANDLER)
+    with FakeControlPlane() as plane, running_worker(
+        plane, {"RUNPOD_LOG_LEVEL": "INFO"}, d / "worker.log", handler=d / "handler.py", ready_timeout_s=60
+    ) as w:
+        yield w
+
+
+def test_yields_arrive_incrementally_and_done_carries_the_aggregate(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    job = plane.submit({"n": 4, "sleep": 0.15})
+    rec = plane.wait_done(job, 30)
+    assert [o["seq"] for o in rec.outputs] == [0, 1, 2, 3]
+    recv = [p.t_recv for p in rec.streams]
+    assert all(b - a > 0.08 for a, b in zip(recv, recv[1:], strict=False))  # one POST per yield
+    assert all(p.t_recv - p.output["ts"] < 0.5 for p in rec.streams)
+    assert rec.t_done is not None and rec.t_done - recv[0] > 0.3
+    assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
+    assert not plane.unauthorized
+
+
+def test_yielded_error_fails_the_job_with_its_str(worker: WorkerProcess) -> None:
+    rec = worker.plane.wait_done(worker.plane.submit({"bad": True}), 30)
+    assert rec.streams == []
+    assert json.loads(rec.done["error"]) == {"code": "invalid_request", "field": "text"}
+
+
+def test_stop_signal_cancels_the_task_and_the_worker_serves_on(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    job = plane.submit({"n": 200, "sleep": 0.05})
+    plane.wait_streams(job, 2, 30)
+    plane.cancel(job)
+    deadline = time.monotonic() + 10
+    while f"CANCELLED {job}" not in worker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"CANCELLED {job}" in worker.log()
+    n = len(plane.jobs[job].streams)
+    time.sleep(0.3)
+    assert len(plane.jobs[job].streams) == n < 200 and plane.jobs[job].done is None
+    nxt = plane.wait_done(plane.submit({"n": 1}), 30)
+    assert [o["seq"] for o in nxt.done["output"]] == [0]

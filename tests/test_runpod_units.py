@@ -1,0 +1,159 @@
+"""RunPod adapter pieces that need no model: config, message protocol, thread pump."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from voxcast.errors import InvalidRequest
+from voxcast.serving.runpod_config import RunpodConfig
+from voxcast.serving.runpod_messages import ErrorPayload, audio_messages, error_message, final_message
+from voxcast.serving.runpod_pump import ThreadPump
+from voxcast.serving.runpod_redis import mirror_key, safe_id
+
+# ------------------------------------------------------------------------- config
+
+
+def test_config_defaults_and_env() -> None:
+    d = RunpodConfig.from_env({})
+    assert (d.concurrency, d.aggregate, d.redis_url, d.sdk_log_level) == (1, False, None, "INFO")
+    c = RunpodConfig.from_env(
+        {
+            "VOXCAST_RUNPOD_CONCURRENCY": "4",
+            "VOXCAST_RUNPOD_AGGREGATE": "yes",
+            "VOXCAST_RUNPOD_MAX_MESSAGE_BYTES": "65536",
+            "VOXCAST_RUNPOD_INLINE_MAX_BYTES": "0",
+            "VOXCAST_REDIS_URL": "redis://127.0.0.1:1/0",
+            "RUNPOD_LOG_LEVEL": "debug",
+        }
+    )
+    assert (c.concurrency, c.aggregate, c.max_message_audio_bytes, c.inline_max_bytes) == (4, True, 65536, 0)
+    assert c.redis_url == "redis://127.0.0.1:1/0" and c.sdk_log_level == "DEBUG"
+    assert c.concurrency_modifier(1) == 4 and c.concurrency_modifier(9) == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("VOXCAST_RUNPOD_CONCURRENCY", "0"),
+        ("VOXCAST_RUNPOD_CONCURRENCY", "two"),
+        ("VOXCAST_RUNPOD_AGGREGATE", "maybe"),
+        ("VOXCAST_RUNPOD_MAX_MESSAGE_BYTES", str(2 * 1024 * 1024)),
+        ("VOXCAST_RUNPOD_INLINE_MAX_BYTES", "-1"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        RunpodConfig.from_env({name: value})
+
+
+# ----------------------------------------------------------------------- messages
+
+
+def test_audio_messages_split_under_the_bound_and_reassemble() -> None:
+    data = bytes(range(256)) * 40  # 10240 bytes
+    msgs = audio_messages(
+        data, first_seq=7, format="pcm", sample_rate=24000, t_ms=12.34567, frames=4, max_bytes=3001
+    )
+    assert [m["seq"] for m in msgs] == list(range(7, 7 + len(msgs)))
+    pieces = [base64.b64decode(m["audio"]) for m in msgs]
+    assert b"".join(pieces) == data
+    assert all(len(p) <= 3001 and len(p) % 4 == 0 for p in pieces[:-1])
+    assert [m["frames"] for m in msgs] == [4] + [0] * (len(msgs) - 1)
+    assert all(m["t_ms"] == 12.346 and m["format"] == "pcm" and m["sample_rate"] == 24000 for m in msgs)
+    json.dumps(msgs)  # JSON-able: the SDK drops anything else silently
+    assert audio_messages(b"", first_seq=0, format="wav", sample_rate=8000, t_ms=0, frames=1, max_bytes=1024) == []
+
+
+def test_error_message_is_a_dict_whose_str_is_json() -> None:
+    msg = error_message(InvalidRequest("text: text is empty", field="text"))
+    err = msg["error"]
+    assert isinstance(err, ErrorPayload) and err["field"] == "text" and err["code"] == "invalid_request"
+    # runpod 1.12 does str(error) before POSTing it: that must stay parseable
+    assert json.loads(str(err)) == {"code": "invalid_request", "message": "text: text is empty", "field": "text"}
+    assert json.loads(json.dumps(msg)) == {"error": dict(err)}
+
+
+def test_final_message_carries_result_and_optional_inline_audio() -> None:
+    result = {"request_id": "r", "audio_key": "renders/r.wav", "timing": {"ttfa_ms": 1.0}}
+    msg = final_message(result, seq=3, messages=3)
+    assert msg["done"] is True and msg["seq"] == 3 and msg["audio_key"] == "renders/r.wav" and "audio" not in msg
+    inline = final_message(result, seq=0, messages=0, inline_audio=b"RIFF1234")
+    assert base64.b64decode(inline["audio"]) == b"RIFF1234"
+
+
+def test_ids_are_mapped_into_the_request_id_alphabet() -> None:
+    assert safe_id("sync-1b2c_3d4e-u1") == "sync-1b2c_3d4e-u1"
+    assert safe_id("a/b c") == "a-b-c" and safe_id("") == "job" and len(safe_id("x" * 300)) == 128
+    assert mirror_key("job 1") == "voxcast:stream:job-1"
+
+
+# --------------------------------------------------------------------------- pump
+
+
+def _slow(n: int, dt: float, started: threading.Event | None = None) -> Iterator[int]:
+    for i in range(n):
+        if started is not None:
+            started.set()
+        time.sleep(dt)
+        yield i
+
+
+def test_pump_never_blocks_the_event_loop() -> None:
+    async def run() -> tuple[list[int], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        items = [i async for i in ThreadPump(_slow(5, 0.05), maxsize=2).start()]
+        t.cancel()
+        return items, ticks
+
+    items, ticks = asyncio.run(run())
+    assert items == [0, 1, 2, 3, 4]
+    assert ticks >= 20  # 250 ms of blocking work: the loop kept ticking every ~5 ms
+
+
+def test_pump_reraises_source_errors_and_runs_on_item_on_its_thread() -> None:
+    seen: list[tuple[int, str]] = []
+
+    def source() -> Iterator[int]:
+        yield 1
+        raise InvalidRequest("bad speaker", field="voice")
+
+    async def run() -> list[int]:
+        pump = ThreadPump(source(), on_item=lambda i: seen.append((i, threading.current_thread().name)), name="p")
+        out = []
+        with pytest.raises(InvalidRequest) as ei:
+            async for i in pump.start():
+                out.append(i)
+        assert ei.value.field == "voice"
+        return out
+
+    assert asyncio.run(run()) == [1]
+    assert seen == [(1, "p")]
+
+
+def test_pump_close_stops_the_producer_within_one_item() -> None:
+    async def run() -> ThreadPump[int]:
+        pump = ThreadPump(_slow(1000, 0.01), maxsize=1).start()
+        async for i in pump:
+            if i == 3:
+                break
+        pump.close()
+        assert await pump.wait_finished(2.0)
+        return pump
+
+    pump = asyncio.run(run())
+    assert pump.finished and pump.items_after_close <= 1
