@@ -1,0 +1,329 @@
+"""Python client of the queue side: enqueue jobs, follow their Redis streams, cancel, wait.
+
+Example::
+
+    client = QueueClient.connect(QueueConfig.from_env(os.environ))
+    job_id = client.enqueue({"text": "Hello", "voice": "vivian", "response_format": "mulaw",
+                             "sample_rate": 8000})
+    capture = StreamCapture()
+    for entry in client.follow(job_id):          # live, or a replay from the start if late
+        capture.add(entry)                        # entry.audio: bytes as they arrive
+    capture.audio, capture.result["timing"]["ttfa_ms"]
+
+Requests are validated here with the shared schema before anything is enqueued (a bad request
+never reaches a worker). The job id is the request id and names the stream
+``voxcast:stream:<job id>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from rq import Queue
+from rq.exceptions import NoSuchJobError
+from rq.job import Callback, Job, JobStatus, Retry
+from rq.serializers import JSONSerializer
+
+from voxcast.engine.request import parse_request
+from voxcast.serving.redis_stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
+from voxcast.serving.rq_config import QueueConfig, connect
+from voxcast.serving.rq_jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
+
+__all__ = ["JobFailed", "QueueClient", "StreamCapture"]
+
+
+class JobFailed(RuntimeError):
+    """A job ended failed, cancelled or stopped. ``error`` is the structured error when known."""
+
+    def __init__(self, job_id: str, status: str, error: Mapping[str, Any] | None, exc: str | None) -> None:
+        detail = (error or {}).get("message") or (exc or "").strip().splitlines()[-1:] or [status]
+        super().__init__(f"job {job_id} {status}: {detail if isinstance(detail, str) else detail[0]}")
+        self.job_id = job_id
+        self.status = status
+        self.error = dict(error or {})
+        self.exc = exc
+
+
+@dataclass
+class StreamCapture:
+    """Accumulates a followed stream: the audio, per-chunk arrival times and the terminal entry.
+
+    A second ``start`` entry (the job was retried after its worker died) discards what the first
+    attempt sent; a repeated ``seq`` (a retried XADD) is ignored.
+    """
+
+    start: dict[str, Any] = field(default_factory=dict)
+    chunks: list[StreamEntry] = field(default_factory=list)
+    terminal: StreamEntry | None = None
+    restarts: int = 0
+    first_received_ts: float | None = None
+
+    def add(self, entry: StreamEntry) -> None:
+        if self.first_received_ts is None:
+            self.first_received_ts = entry.received_ts
+        if entry.type is EntryType.START:
+            if self.start:
+                self.restarts += 1
+            self.start, self.chunks = entry.info, []
+        elif entry.type is EntryType.CHUNK:
+            if not self.chunks or (entry.seq or 0) > (self.chunks[-1].seq or 0):
+                self.chunks.append(entry)
+        else:
+            self.terminal = entry
+
+    @property
+    def audio(self) -> bytes:
+        return b"".join(c.audio for c in self.chunks)
+
+    @property
+    def status(self) -> str:
+        """``eos``, ``error``, ``cancelled``, or ``open`` while no terminal entry has been seen."""
+        return self.terminal.type.value if self.terminal is not None else "open"
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The ``eos`` info (timing, audio key...) or the error info."""
+        return self.terminal.info if self.terminal is not None else {}
+
+    @property
+    def gaps(self) -> int:
+        """Chunks missing from the sequence (a stream trimmed by MAXLEN, or joined too late)."""
+        seqs = [c.seq or 0 for c in self.chunks]
+        return (seqs[-1] + 1 - len(seqs)) if seqs else 0
+
+    def latencies_ms(self) -> list[float]:
+        """Publish -> receive latency of each chunk (same-host clocks)."""
+        return [(c.received_ts - c.ts) * 1000 for c in self.chunks]
+
+
+class QueueClient:
+    """Enqueue voxcast jobs and read their results.
+
+    Args:
+        client: Redis client (``decode_responses=False``).
+        config: queue settings (queues, timeouts, TTLs).
+    """
+
+    def __init__(self, client: redis.Redis, config: QueueConfig) -> None:
+        self.redis = client
+        self.config = config
+
+    @classmethod
+    def connect(cls, config: QueueConfig) -> QueueClient:
+        return cls(connect(config), config)
+
+    def queue(self, name: str | None = None) -> Queue:
+        return Queue(name or self.config.queues[0], connection=self.redis, serializer=JSONSerializer)
+
+    # -- enqueue --------------------------------------------------------------------------------
+    def enqueue(
+        self,
+        request: Mapping[str, Any],
+        *,
+        queue: str | None = None,
+        job_id: str | None = None,
+        timeout_s: int | None = None,
+        retries: int | None = None,
+    ) -> str:
+        """Validate and enqueue a synthesize job.
+
+        Args:
+            request: the request (shared schema); its ``request_id``, if any, becomes the job id.
+            queue: queue name (default: the first configured queue).
+            job_id: explicit job id (default: ``request_id`` or a random hex id).
+            timeout_s: job timeout (default ``config.synth_timeout_s``).
+            retries: RQ retries after a failure or a dead worker (default ``config.retries``).
+
+        Returns:
+            The job id (also the request id and the stream's name).
+
+        Raises:
+            InvalidRequest: the request does not validate.
+        """
+        req = parse_request(request)
+        payload = req.model_dump(mode="json", exclude_defaults=True, exclude={"request_id"})
+        jid = job_id or req.request_id or uuid.uuid4().hex
+        stream_key(jid)  # validates the id
+        return self._enqueue(
+            SYNTHESIZE,
+            payload,
+            queue=queue,
+            job_id=jid,
+            timeout_s=timeout_s or self.config.synth_timeout_s,
+            retries=self.config.retries if retries is None else retries,
+            description=f"synthesize {len(req.text)} chars",
+        )
+
+    def register_voice(
+        self,
+        audio: bytes | None = None,
+        *,
+        audio_key: str | None = None,
+        ref_text: str | None = None,
+        x_vector_only: bool = False,
+        queue: str | None = None,
+    ) -> str:
+        """Enqueue a register_voice job (inline audio or a blob-store key); returns the job id."""
+        payload: dict[str, Any] = {"x_vector_only": x_vector_only}
+        if audio is not None:
+            payload["audio_b64"] = base64.b64encode(audio).decode("ascii")
+        if audio_key is not None:
+            payload["audio_key"] = audio_key
+        if ref_text is not None:
+            payload["ref_text"] = ref_text
+        return self._enqueue(
+            REGISTER_VOICE, payload, queue=queue, timeout_s=self.config.voice_timeout_s, retries=0,
+            description="register_voice",
+        )  # fmt: skip
+
+    def prerender(
+        self,
+        manifest: str,
+        *,
+        library: str,
+        manifest_format: str | None = None,
+        queue: str | None = None,
+        **options: Any,
+    ) -> str:
+        """Enqueue a prerender_library job.
+
+        Args:
+            manifest: the manifest text (CSV, JSON or YAML).
+            library: library name (objects go under ``libraries/<library>/``).
+            manifest_format: ``csv``, ``json`` or ``yaml`` (default: detected).
+            queue: queue name.
+            **options: other :class:`~voxcast.serving.prerender.PrerenderJob` fields (presets,
+                loudness_lufs, pad_ms, defaults, force...).
+
+        Returns:
+            The job id.
+        """
+        from voxcast.serving.prerender import PrerenderJob
+
+        payload = {"manifest": manifest, "library": library, "manifest_format": manifest_format, **options}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        PrerenderJob.from_payload(payload)  # validate before enqueueing
+        return self._enqueue(
+            PRERENDER, payload, queue=queue, timeout_s=self.config.prerender_timeout_s, retries=0,
+            description=f"prerender {library}",
+        )  # fmt: skip
+
+    def _enqueue(
+        self,
+        func: str,
+        payload: dict[str, Any],
+        *,
+        queue: str | None,
+        timeout_s: int,
+        retries: int,
+        description: str,
+        job_id: str | None = None,
+    ) -> str:
+        job = self.queue(queue).enqueue(
+            func,
+            payload,
+            job_id=job_id,
+            job_timeout=timeout_s,
+            result_ttl=self.config.result_ttl_s,
+            failure_ttl=self.config.failure_ttl_s,
+            description=description,
+            retry=Retry(max=retries) if retries > 0 else None,
+            on_failure=Callback(ON_FAILURE),
+            meta={"enqueued_ts": time.time()},
+        )
+        return str(job.id)
+
+    # -- follow / inspect -----------------------------------------------------------------------
+    def follow(
+        self, job_id: str, *, from_id: str = "0-0", idle_timeout_s: float | None = 120.0, block_ms: int = 1000
+    ) -> Iterator[StreamEntry]:
+        """Entries of a synthesize job's stream, replayed from ``from_id`` and then live, up to and
+        including the terminal entry (see :func:`voxcast.serving.redis_stream.follow`)."""
+        return follow(
+            self.redis, stream_key(job_id), from_id=from_id, idle_timeout_s=idle_timeout_s, block_ms=block_ms
+        )
+
+    def job(self, job_id: str) -> Job:
+        """The RQ job (raises ``rq.exceptions.NoSuchJobError`` if unknown or expired)."""
+        return Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """``{"status", "meta", "result", "error", "exc"}`` of a job (``status: "unknown"`` if gone)."""
+        try:
+            job = self.job(job_id)
+        except NoSuchJobError:
+            return {"status": "unknown", "meta": {}, "result": None, "error": None, "exc": None}
+        status = job.get_status(refresh=False)
+        latest = job.latest_result()
+        failed = status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+        return {
+            "status": str(status.value if status is not None else "unknown"),
+            "meta": dict(job.meta),
+            "result": latest.return_value if latest is not None and not failed else None,
+            "error": job.meta.get("error"),
+            "exc": latest.exc_string if latest is not None and failed else None,
+        }
+
+    def wait(self, job_id: str, timeout_s: float = 300.0, poll_s: float = 0.05) -> dict[str, Any]:
+        """Block until the job ends; return its result.
+
+        Raises:
+            JobFailed: the job failed, was cancelled or stopped.
+            TimeoutError: still running after ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status(job_id)
+            if st["status"] == JobStatus.FINISHED.value:
+                return dict(st["result"] or {})
+            if st["status"] in (JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value):
+                raise JobFailed(job_id, st["status"], st["error"], st["exc"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {st['status']} after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+    # -- cancel ---------------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> str:
+        """Ask a job to stop.
+
+        A running job sees the flag between two chunks and ends its stream with ``cancelled``; a
+        queued job is removed from its queue and its stream is ended here.
+
+        Returns:
+            The job status seen when cancelling (``queued``, ``started``, ``finished``... or ``unknown``).
+        """
+        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
+        try:
+            job = self.job(job_id)
+        except NoSuchJobError:
+            return "unknown"
+        status = job.get_status(refresh=False)
+        if status in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
+            job.cancel()
+            StreamPublisher(self.redis, stream_key(job_id), self.config.stream).cancelled(
+                "cancelled before start"
+            )
+        return str(status.value if status is not None else "unknown")
+
+    def progress(self, job_id: str) -> dict[str, Any]:
+        """The ``progress`` meta of a prerender job (``{}`` before the first update)."""
+        try:
+            return dict(self.job(job_id).get_meta(refresh=True).get("progress") or {})
+        except NoSuchJobError:
+            return {}
+
+    def wait_all(self, job_ids: Sequence[str], timeout_s: float = 300.0) -> dict[str, str]:
+        """Statuses of ``job_ids`` once none is queued or started (or at the timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            statuses = {j: self.status(j)["status"] for j in job_ids}
+            pending = [j for j, s in statuses.items() if s in ("queued", "started", "deferred", "scheduled")]
+            if not pending or time.monotonic() > deadline:
+                return statuses
+            time.sleep(0.1)

@@ -1,0 +1,395 @@
+"""Prerender an IVR prompt library: manifest -> one object per prompt and preset, plus a manifest.
+
+Layout in the blob store (``<name>`` = library, ``<id>`` = prompt id)::
+
+    libraries/<name>/<preset>/<id>.<ext>     one file per prompt and preset (see prerender_presets)
+    libraries/<name>/manifest.json           the output manifest (provenance of every object)
+
+For each prompt: synthesize 24 kHz PCM through :meth:`Service.synthesize` with ``cache`` on and a
+forced seed, so identical prompts (in this or any other library, by any worker) are rendered once and
+then served from the rendered-audio cache; trim, normalise, encode each preset, write (atomic puts).
+
+Re-runs: a prompt is skipped when the previous output manifest has the same *render hash* (SHA-256
+of the model identity, the prompt's effective request incl. seed, and the post-processing settings)
+and every requested preset object exists (one listing of the library prefix). Editing a row's text,
+voice or sampling, or changing loudness/pad, re-renders that prompt; ``force`` re-renders everything
+(still hitting the audio cache). The manifest is rewritten every :data:`MANIFEST_EVERY` prompts and at
+the end, so a crashed job loses at most that much bookkeeping (the next run re-checks the objects).
+
+Bad rows are reported (``errors``) and skipped; the other rows are rendered. One job per library at a
+time (the RQ job takes a Redis lock): two concurrent runs would race on ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from voxcast.audio.pcm import int16_to_float
+from voxcast.errors import InvalidRequest, StorageError
+from voxcast.serving.prerender_manifest import NAME_RE, Manifest, Prompt, RowError, parse_manifest
+from voxcast.serving.prerender_presets import (
+    DEFAULT_LOUDNESS_LUFS,
+    DEFAULT_PRESETS,
+    PRESETS,
+    PostProcess,
+    Preset,
+    encode_preset,
+    postprocess,
+)
+from voxcast.storage.base import BlobNotFound
+from voxcast.storage.keys import canonical_json, sha256_hex, validate_key
+
+if TYPE_CHECKING:
+    from voxcast.service import Service
+
+__all__ = ["MANIFEST_SCHEMA", "PrerenderJob", "library_prefix", "prerender"]
+
+log = logging.getLogger(__name__)
+
+MANIFEST_SCHEMA = 1
+"""Version of the output manifest layout and of the render-hash recipe."""
+
+MANIFEST_EVERY = 25
+"""Rendered prompts between two intermediate manifest writes."""
+
+_PAYLOAD_FIELDS = {
+    "library", "manifest", "manifest_key", "manifest_format", "presets", "loudness_lufs",
+    "peak_dbfs", "trim", "pad_ms", "defaults", "force",
+}  # fmt: skip
+
+
+def library_prefix(library: str) -> str:
+    """``libraries/<library>/`` (validated)."""
+    if not isinstance(library, str) or not NAME_RE.match(library):
+        raise InvalidRequest(f"library name must match {NAME_RE.pattern}", field="library")
+    return f"libraries/{library}/"
+
+
+@dataclass(frozen=True)
+class PrerenderJob:
+    """A validated prerender request.
+
+    Attributes:
+        library: library name.
+        manifest: manifest text (or None when ``manifest_key`` names a stored manifest).
+        manifest_key: blob-store key of the manifest.
+        manifest_format: csv/json/yaml (or a file name); None = sniffed.
+        presets: preset names.
+        post: trim/loudness settings.
+        defaults: fields applied to rows that do not set them.
+        force: re-render prompts even when done.
+    """
+
+    library: str
+    manifest: str | None = None
+    manifest_key: str | None = None
+    manifest_format: str | None = None
+    presets: tuple[str, ...] = DEFAULT_PRESETS
+    post: PostProcess = field(default_factory=PostProcess)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    force: bool = False
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> PrerenderJob:
+        """Validate a job payload.
+
+        Raises:
+            InvalidRequest: naming the field at fault.
+        """
+        if not isinstance(payload, Mapping):
+            raise InvalidRequest("payload must be a JSON object", field="payload")
+        unknown = sorted(set(payload) - _PAYLOAD_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
+        library_prefix(payload.get("library", ""))
+        if (payload.get("manifest") is None) == (payload.get("manifest_key") is None):
+            raise InvalidRequest("give exactly one of manifest and manifest_key", field="manifest")
+        presets = _presets(payload.get("presets"))
+        defaults = payload.get("defaults") or {}
+        if not isinstance(defaults, Mapping):
+            raise InvalidRequest("defaults must be an object", field="defaults")
+        return cls(
+            library=payload["library"],
+            manifest=_opt_str(payload, "manifest"),
+            manifest_key=_opt_str(payload, "manifest_key"),
+            manifest_format=_opt_str(payload, "manifest_format"),
+            presets=presets,
+            post=_post(payload),
+            defaults=dict(defaults),
+            force=bool(payload.get("force", False)),
+        )
+
+
+def _opt_str(payload: Mapping[str, Any], name: str) -> str | None:
+    v = payload.get(name)
+    if v is not None and not isinstance(v, str):
+        raise InvalidRequest(f"{name} must be a string", field=name)
+    return v
+
+
+def _presets(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_PRESETS
+    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not names:
+        raise InvalidRequest("presets must be a non-empty list of names", field="presets")
+    for n in names:
+        if n not in PRESETS:
+            raise InvalidRequest(f"unknown preset {n!r}; known: {sorted(PRESETS)}", field="presets")
+    return tuple(dict.fromkeys(names))
+
+
+def _post(payload: Mapping[str, Any]) -> PostProcess:
+    try:
+        lufs = payload.get("loudness_lufs", DEFAULT_LOUDNESS_LUFS)
+        post = PostProcess(
+            loudness_lufs=None if lufs is None else float(lufs),
+            peak_dbfs=float(payload.get("peak_dbfs", PostProcess.peak_dbfs)),
+            trim=bool(payload.get("trim", True)),
+            pad_ms=float(payload.get("pad_ms", PostProcess.pad_ms)),
+        )
+    except (TypeError, ValueError) as e:
+        raise InvalidRequest(f"bad post-processing setting: {e}", field="loudness_lufs") from e
+    if post.loudness_lufs is not None and not -70.0 < post.loudness_lufs < 0.0:
+        raise InvalidRequest("loudness_lufs must be between -70 and 0", field="loudness_lufs")
+    if not -20.0 <= post.peak_dbfs <= 0.0:
+        raise InvalidRequest("peak_dbfs must be between -20 and 0", field="peak_dbfs")
+    if not 0.0 <= post.pad_ms <= 5000.0:
+        raise InvalidRequest("pad_ms must be between 0 and 5000", field="pad_ms")
+    return post
+
+
+def render_hash(model_identity: str, prompt: Prompt, post: PostProcess) -> str:
+    """Identity of one prompt's rendering (see the module docstring)."""
+    recipe = {
+        "schema": MANIFEST_SCHEMA,
+        "model": model_identity,
+        "prompt": prompt.fields,
+        "post": post.to_dict(),
+    }
+    return sha256_hex(canonical_json(recipe))
+
+
+def object_key(prefix: str, preset: Preset, prompt_id: str) -> str:
+    return validate_key(f"{prefix}{preset.name}/{prompt_id}.{preset.extension}")
+
+
+# -- the run ---------------------------------------------------------------------------------------
+class _Run:
+    """State of one prerender run."""
+
+    def __init__(
+        self,
+        service: Service,
+        spec: PrerenderJob,
+        progress: Callable[[Mapping[str, Any]], None] | None,
+        heartbeat: Callable[[], None] | None,
+    ) -> None:
+        self.service = service
+        self.spec = spec
+        self.store = service.store
+        self.prefix = library_prefix(spec.library)
+        self.manifest_key = validate_key(self.prefix + "manifest.json")
+        self.model = str(service.engine.identity)
+        self.presets = [PRESETS[n] for n in spec.presets]
+        self._progress = progress
+        self._heartbeat = heartbeat or (lambda: None)
+        self.t0 = time.perf_counter()
+        self.previous = self._load_previous()
+        self.existing = set(self.store.list_keys(self.prefix))
+        self.entries: dict[str, Any] = {}
+        self.errors: list[RowError] = []
+        self.counts = {"rendered": 0, "skipped": 0, "failed": 0, "cache_hits": 0, "objects": 0}
+
+    def _load_previous(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.store.get_bytes(self.manifest_key))
+        except BlobNotFound:
+            return {}
+        except ValueError as e:
+            log.warning("library %s: unreadable previous manifest ignored: %s", self.spec.library, e)
+            return {}
+        prompts = data.get("prompts") if isinstance(data, dict) else None
+        return prompts if isinstance(prompts, dict) else {}
+
+    def run(self, manifest: Manifest) -> dict[str, Any]:
+        self.errors.extend(manifest.errors)
+        self.counts["failed"] = len(manifest.errors)
+        total = len(manifest.prompts) + len(manifest.errors)
+        try:
+            for i, prompt in enumerate(manifest.prompts):
+                self._one(prompt)
+                self._report(total, len(manifest.errors) + i + 1, prompt.id)
+                if self.counts["rendered"] and self.counts["rendered"] % MANIFEST_EVERY == 0:
+                    self._write_manifest(manifest)
+        finally:
+            self._write_manifest(manifest)
+        return self._summary(manifest, total)
+
+    def _one(self, prompt: Prompt) -> None:
+        h = render_hash(self.model, prompt, self.spec.post)
+        prev = self.previous.get(prompt.id)
+        keys = {p.name: object_key(self.prefix, p, prompt.id) for p in self.presets}
+        if not self.spec.force and self._done(prev, h, keys):
+            self.entries[prompt.id] = prev
+            self.counts["skipped"] += 1
+            return
+        try:
+            self.entries[prompt.id] = self._render(prompt, h, keys)
+            self.counts["rendered"] += 1
+        except InvalidRequest as e:
+            self.errors.append(RowError(prompt.row, prompt.id, e.field or "row", e.message))
+            self.counts["failed"] += 1
+            log.info("library %s: prompt %s failed: %s", self.spec.library, prompt.id, e.message)
+
+    def _done(self, prev: Any, h: str, keys: Mapping[str, str]) -> bool:
+        """The previous run rendered this prompt identically and every requested object exists."""
+        if not isinstance(prev, dict) or prev.get("render_hash") != h:
+            return False
+        return all(k in self.existing for k in keys.values()) and set(keys) <= set(prev.get("objects", {}))
+
+    def _synthesize(self, prompt: Prompt) -> tuple[np.ndarray, Any]:
+        stream = self.service.synthesize(prompt.request, store=False)
+        parts = []
+        for chunk in stream:
+            parts.append(chunk.data)
+            self._heartbeat()
+        pcm = int16_to_float(np.frombuffer(b"".join(parts), dtype="<i2"))
+        return pcm, stream.result
+
+    def _render(self, prompt: Prompt, h: str, keys: Mapping[str, str]) -> dict[str, Any]:
+        pcm, result = self._synthesize(prompt)
+        if len(pcm) == 0:
+            raise InvalidRequest("the model produced no audio for this prompt", field="text")
+        processed, facts = postprocess(pcm, self.spec.post)
+        objects = {}
+        for preset in self.presets:
+            data = encode_preset(processed, preset)
+            meta = {
+                "voxcast-kind": "prerender",
+                "render-hash": h,
+                "prompt-id": prompt.id,
+                "preset": preset.name,
+            }
+            self.store.put_bytes(keys[preset.name], data, content_type=preset.content_type, metadata=meta)
+            objects[preset.name] = {
+                "key": keys[preset.name],
+                "bytes": len(data),
+                "sha256": sha256_hex(data),
+                "content_type": preset.content_type,
+                **preset.to_dict(),
+            }
+            self.counts["objects"] += 1
+            self._heartbeat()
+        cache_hit = bool(result is not None and result.timing.cache_hit)
+        self.counts["cache_hits"] += int(cache_hit)
+        return {
+            "id": prompt.id,
+            "row": prompt.row,
+            **prompt.fields,
+            "model": self.model,
+            "render_hash": h,
+            **facts,
+            "cache_hit": cache_hit,
+            "synthesis_ms": round(result.timing.total_ms, 1) if result is not None else None,
+            "objects": objects,
+            "rendered_at": _now(),
+        }
+
+    def _report(self, total: int, done: int, current: str) -> None:
+        if self._progress is None:
+            return
+        elapsed = time.perf_counter() - self.t0
+        self._progress(
+            {"total": total, "done": done, "current": current, "elapsed_s": round(elapsed, 2), **self.counts}
+        )
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        doc = {
+            "schema": MANIFEST_SCHEMA,
+            "library": self.spec.library,
+            "model": self.model,
+            "updated_at": _now(),
+            "presets": {p.name: p.to_dict() for p in self.presets},
+            "post": self.spec.post.to_dict(),
+            "prompts": {p.id: self.entries[p.id] for p in manifest.prompts if p.id in self.entries},
+            "errors": [e.to_dict() for e in self.errors],
+        }
+        body = json.dumps(doc, indent=1, sort_keys=False).encode()
+        self.store.put_bytes(self.manifest_key, body, content_type="application/json")
+
+    def _summary(self, manifest: Manifest, total: int) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.t0
+        done = self.counts["rendered"] + self.counts["skipped"]
+        current = {p.id for p in manifest.prompts}
+        return {
+            "library": self.spec.library,
+            "manifest_key": self.manifest_key,
+            "total": total,
+            **self.counts,
+            "errors": [e.to_dict() for e in self.errors],
+            "orphans": sorted(set(self.previous) - current),
+            "presets": list(self.spec.presets),
+            "elapsed_s": round(elapsed, 3),
+            "prompts_per_s": round(done / elapsed, 3) if elapsed > 0 else 0.0,
+        }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def prerender(
+    service: Service,
+    spec: PrerenderJob,
+    *,
+    progress: Callable[[Mapping[str, Any]], None] | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Render ``spec``'s library (see the module docstring).
+
+    Args:
+        service: the loaded service (engine, store, cache).
+        spec: the validated job.
+        progress: called after every prompt with ``{total, done, rendered, skipped, failed, ...}``.
+        heartbeat: called often while rendering (the RQ job renews its lease with it).
+
+    Returns:
+        The summary: counts, ``errors`` (row, id, field, message), ``orphans`` (ids of the previous
+        manifest no longer listed; their objects are kept), ``manifest_key``, throughput.
+
+    Raises:
+        InvalidRequest: the manifest as a whole is unreadable. StorageError: the store failed.
+    """
+    text = spec.manifest
+    if text is None:
+        assert spec.manifest_key is not None
+        try:
+            text = service.store.get_bytes(validate_key(spec.manifest_key, field="manifest_key")).decode(
+                "utf-8"
+            )
+        except (StorageError, UnicodeDecodeError) as e:
+            raise InvalidRequest(
+                f"cannot read manifest {spec.manifest_key!r}: {e}", field="manifest_key"
+            ) from e
+    fmt = spec.manifest_format or (spec.manifest_key if spec.manifest_key else None)
+    manifest = parse_manifest(text, fmt, spec.defaults)
+    run = _Run(service, spec, progress, heartbeat)
+    summary = run.run(manifest)
+    log.info(
+        "library %s: %d rendered, %d skipped, %d failed in %.1f s",
+        spec.library,
+        summary["rendered"],
+        summary["skipped"],
+        summary["failed"],
+        summary["elapsed_s"],
+    )
+    return summary

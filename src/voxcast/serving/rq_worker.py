@@ -1,0 +1,224 @@
+"""The RQ worker: a SimpleWorker that loads and warms the service once, then serves allow-listed jobs.
+
+Why SimpleWorker: RQ's default Worker forks a work-horse per job, and a CUDA context (or any loaded
+model) does not survive fork; SimpleWorker runs jobs in the worker process, so the model is loaded
+exactly once, in :meth:`VoxcastWorker.work`, before the first dequeue (a loading worker is not yet
+registered, so it is never handed a job it cannot serve).
+
+Safety: the serializer is always :class:`rq.serializers.JSONSerializer` (pickle would let anyone who
+can write to Redis run code here), and :class:`VoxcastJob` refuses any function outside
+:data:`~voxcast.serving.rq_jobs.ALLOWED_FUNCTIONS` (JSON alone is no allow-list: ``os.makedirs`` is
+JSON-serialisable), any callback outside :data:`~voxcast.serving.rq_jobs.ALLOWED_CALLBACKS`, instance
+methods, and webhooks. A refused or undecodable job fails with a clear message; the worker keeps serving.
+
+Dead workers: see :mod:`voxcast.serving.rq_config`: a running job holds a short lease
+(``heartbeat_ttl_s``) renewed between chunks, so another worker's maintenance fails (or retries) the
+job of a SIGKILLed worker within about a minute, whatever the job's timeout.
+
+Also usable through RQ's own CLI (it passes ``--worker-ttl``/``--maintenance-interval`` defaults of
+420/600 s; those exact values are treated as unset and the ``VOXCAST_*`` values apply)::
+
+    rq worker -w voxcast.serving.rq_worker.VoxcastWorker -S rq.serializers.JSONSerializer \\
+        --url redis://127.0.0.1:6379/0 voxcast
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rq import Queue, SimpleWorker
+from rq.defaults import DEFAULT_MAINTENANCE_TASK_INTERVAL, DEFAULT_RESULT_TTL, DEFAULT_WORKER_TTL
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from voxcast.serving.rq_config import QueueConfig
+from voxcast.serving.rq_jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobContext, bind_context
+
+if TYPE_CHECKING:
+    from voxcast.service import Service, ServiceConfig
+
+__all__ = ["JobRejected", "VoxcastJob", "VoxcastWorker"]
+
+log = logging.getLogger(__name__)
+
+
+class JobRejected(Exception):
+    """A job this worker will not run (function or callback not allow-listed)."""
+
+
+class VoxcastJob(Job):
+    """An RQ Job that runs only allow-listed functions and callbacks and sends no webhooks."""
+
+    @property
+    def func(self) -> Any:
+        self.check_allowed()
+        return Job.func.fget(self)  # type: ignore[attr-defined]
+
+    def check_allowed(self) -> None:
+        """Raise :class:`JobRejected` unless function and callbacks are allow-listed (no retries)."""
+        name = self.func_name
+        problem = None
+        if name not in ALLOWED_FUNCTIONS:
+            problem = f"job function {name!r} is not allowed on a voxcast worker; allowed: {sorted(ALLOWED_FUNCTIONS)}"
+        elif self.instance is not None:
+            problem = "instance-method jobs are not allowed on a voxcast worker"
+        else:
+            for cb in (self._success_callback_name, self._failure_callback_name, self._stopped_callback_name):
+                if cb and cb not in ALLOWED_CALLBACKS:
+                    problem = f"callback {cb!r} is not allowed; allowed: {sorted(ALLOWED_CALLBACKS)}"
+        if problem is not None:
+            self.retries_left = 0
+            raise JobRejected(problem)
+
+    def _deserialize_data(self) -> None:
+        try:
+            self._func_name, self._instance, self._args, self._kwargs = self.serializer.loads(self.data)
+        except Exception as e:
+            raise DeserializationError(
+                f"job {self.id}: payload is not valid JSON for a voxcast worker "
+                f"(enqueue with rq.serializers.JSONSerializer): {type(e).__name__}: {e}"
+            ) from e
+
+    def restore(self, raw_data: Any) -> Any:
+        """Like RQ's, but a malformed job hash is skipped (NoSuchJobError) instead of killing the worker."""
+        try:
+            return super().restore(raw_data)
+        except NoSuchJobError:
+            raise
+        except Exception as e:
+            log.error("job %s: malformed job hash skipped: %s: %s", self._id, type(e).__name__, e)
+            raise NoSuchJobError(f"malformed job hash: {e}") from e
+
+    def _callback_or_none(self, name: str | None, attr: str) -> Any:
+        if name and name not in ALLOWED_CALLBACKS:
+            log.warning("job %s: ignoring callback %r (not allow-listed)", self.id, name)
+            return None
+        return getattr(Job, attr).fget(self)
+
+    @property
+    def success_callback(self) -> Any:
+        return self._callback_or_none(self._success_callback_name, "success_callback")
+
+    @property
+    def failure_callback(self) -> Any:
+        return self._callback_or_none(self._failure_callback_name, "failure_callback")
+
+    @property
+    def stopped_callback(self) -> Any:
+        return self._callback_or_none(self._stopped_callback_name, "stopped_callback")
+
+    def send_webhooks(self, status: Any, *, exc_string: str | None = None) -> None:
+        """Webhooks are disabled (a job must not make the worker call arbitrary URLs)."""
+        return None
+
+
+class VoxcastWorker(SimpleWorker):
+    """SimpleWorker that owns one loaded :class:`~voxcast.service.Service`.
+
+    Args:
+        queues: queue names or Queue objects (rebuilt with this worker's job class and serializer).
+        service: an already loaded service (tests, benchmarks); otherwise it is loaded in :meth:`work`
+            from ``service_config`` (default ``ServiceConfig.from_env(os.environ)``).
+        service_config: how to load the service.
+        queue_config: queue settings (default ``QueueConfig.from_env(os.environ)``).
+        **kwargs: passed to :class:`rq.SimpleWorker` (``connection``, ``name``...).
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[Any],
+        *args: Any,
+        service: Service | None = None,
+        service_config: ServiceConfig | None = None,
+        queue_config: QueueConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.queue_config = queue_config or QueueConfig.from_env(os.environ)
+        self._service = service
+        self._owns_service = service is None
+        self._service_config = service_config
+        self._last_renewal = 0.0
+        _apply_defaults(kwargs, self.queue_config)
+        names = [q.name if isinstance(q, Queue) else str(q) for q in queues]
+        super().__init__(names, *args, **kwargs)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def service(self) -> Service:
+        if self._service is None:
+            raise RuntimeError("the service is not loaded yet (VoxcastWorker.load_service)")
+        return self._service
+
+    def load_service(self) -> Service:
+        """Load and warm the service (once); logs load and warm-up time."""
+        if self._service is None:
+            from voxcast.service import Service, ServiceConfig
+
+            config = self._service_config or ServiceConfig.from_env(os.environ)
+            t0 = time.perf_counter()
+            self._service = Service.load(config)
+            engine = self._service.engine
+            log.info(
+                "worker %s: service ready in %.0f ms (load %.0f ms, warm-up %.0f ms, model %s)",
+                self.name,
+                (time.perf_counter() - t0) * 1000,
+                getattr(engine, "load_ms", 0.0),
+                getattr(engine, "warmup_ms", 0.0),
+                getattr(engine, "identity", "?"),
+            )
+        return self._service
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        """Load the service, then run RQ's work loop."""
+        self.load_service()
+        return super().work(*args, **kwargs)
+
+    def teardown(self) -> None:
+        super().teardown()
+        if self._owns_service and self._service is not None:
+            self._service.close()
+            self._service = None
+
+    # -- per job --------------------------------------------------------------------------------
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """Run ``job`` with the job context bound (service, config, Redis, lease renewal)."""
+        self._last_renewal = time.monotonic()
+        ctx = JobContext(self.service, self.queue_config, self.connection, lambda: self._renew_lease(job))
+        with bind_context(ctx):
+            super().execute_job(job, queue)
+
+    def get_heartbeat_ttl(self, job: Job) -> int:
+        """The job's lease in the StartedJobRegistry (renewed between chunks), not ``timeout + 60``."""
+        return self.queue_config.heartbeat_ttl_s
+
+    def _renew_lease(self, job: Job) -> None:
+        now = time.monotonic()
+        if now - self._last_renewal < self.queue_config.heartbeat_interval_s:
+            return
+        self._last_renewal = now
+        if self.execution is not None:
+            self.maintain_heartbeats(job)
+
+
+def _apply_defaults(kwargs: dict[str, Any], config: QueueConfig) -> None:
+    """Force the JSON serializer and VoxcastJob; fill RQ timing knobs from ``config`` when unset."""
+    serializer = kwargs.get("serializer")
+    if serializer not in (None, JSONSerializer, "json", "rq.serializers.JSONSerializer"):
+        log.warning("ignoring serializer %r: voxcast workers only accept JSON", serializer)
+    kwargs["serializer"] = JSONSerializer
+    job_class = kwargs.get("job_class")
+    if not (isinstance(job_class, type) and issubclass(job_class, VoxcastJob)):
+        kwargs["job_class"] = VoxcastJob
+    kwargs.pop("default_worker_ttl", None)
+    if kwargs.get("worker_ttl") in (None, DEFAULT_WORKER_TTL):
+        kwargs["worker_ttl"] = config.worker_ttl_s
+    if kwargs.get("maintenance_interval") in (None, DEFAULT_MAINTENANCE_TASK_INTERVAL):
+        kwargs["maintenance_interval"] = config.maintenance_interval_s
+    if kwargs.get("default_result_ttl") in (None, DEFAULT_RESULT_TTL):
+        kwargs["default_result_ttl"] = config.result_ttl_s
+    kwargs.setdefault("log_job_description", False)

@@ -1,0 +1,141 @@
+"""Prompt-library manifests and prerender presets/post-processing (pure: no model, no Redis)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voxcast.audio.loudness import integrated_loudness
+from voxcast.errors import InvalidRequest
+from voxcast.serving.prerender import PrerenderJob, library_prefix
+from voxcast.serving.prerender_manifest import default_seed, detect_format, parse_manifest
+from voxcast.serving.prerender_presets import (
+    DEFAULT_PRESETS,
+    PRESETS,
+    PostProcess,
+    encode_preset,
+    postprocess,
+)
+
+CSV = """id,text,voice,language,seed,temperature
+welcome,Welcome to Acme.,vivian,english,,
+hold,Please hold.,ryan,english,7,0.5
+,No id here.,vivian,english,,
+bad id!,Hello.,vivian,english,,
+empty,   ,vivian,english,,
+welcome,Duplicate.,vivian,english,,
+hot,Too hot.,vivian,english,,9.5
+"""
+
+
+def test_csv_rows_good_and_bad() -> None:
+    m = parse_manifest(CSV, "library.csv")
+    assert [p.id for p in m.prompts] == ["welcome", "hold"]
+    assert [(e.row, e.field) for e in m.errors] == [
+        (3, "id"),
+        (4, "id"),
+        (5, "text"),
+        (6, "id"),
+        (7, "sampling.temperature"),
+    ]
+    welcome, hold = m.prompts
+    assert welcome.request.sampling.seed == default_seed("welcome")
+    assert hold.request.sampling.seed == 7 and hold.request.sampling.temperature == 0.5
+    assert welcome.request.response_format.value == "pcm" and welcome.request.sample_rate == 24000
+    assert (
+        welcome.fields["text"] == "Welcome to Acme."
+        and welcome.fields["sampling"]["seed"] == welcome.request.sampling.seed
+    )
+
+
+def test_json_and_yaml_with_defaults() -> None:
+    doc = {"defaults": {"voice": "vivian", "language": "english"}, "prompts": [{"id": "a", "text": "One."}]}
+    m = parse_manifest(json.dumps(doc))
+    assert m.prompts[0].request.voice == "vivian" and not m.errors
+    y = "defaults:\n  voice: ryan\nprompts:\n  - id: b\n    text: Two.\n    greedy: true\n  - id: c\n    text: Three.\n    voice: vivian\n"
+    m = parse_manifest(y)
+    assert [p.request.voice for p in m.prompts] == ["ryan", "vivian"]
+    assert m.prompts[0].request.sampling.greedy and m.prompts[0].request.sampling.seed is None
+    assert parse_manifest("- id: d\n  text: Four.\n", "yml").prompts[0].id == "d"
+
+
+def test_job_defaults_apply_under_manifest_defaults() -> None:
+    m = parse_manifest("id,text\nx,Hi.\n", "csv", defaults={"voice": "aiden"})
+    assert m.prompts[0].request.voice == "aiden"
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [("", "csv"), ("[]", None), ("{not json", "json"), ("a: [", "yaml"), ('{"prompts": 3}', None)],
+)
+def test_unreadable_manifests_fail_as_a_whole(text: str, fmt: str | None) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse_manifest(text, fmt)
+    assert e.value.field.startswith("manifest")
+
+
+def test_rows_cannot_set_format_or_unknown_columns() -> None:
+    m = parse_manifest("id,text,response_format,colour\nx,Hi.,mp3,\ny,Hi.,,red\n", "csv")
+    assert not m.prompts and [e.field for e in m.errors] == ["response_format", "colour"]
+
+
+def test_detect_format() -> None:
+    assert detect_format("[1]") == "json" and detect_format("- a: 1") == "yaml"
+    assert detect_format("id,text\n") == "csv" and detect_format("x", "m.YAML") == "yaml"
+    with pytest.raises(InvalidRequest):
+        detect_format("x", "m.xlsx")
+
+
+def test_default_seed_is_stable_and_31_bit() -> None:
+    assert default_seed("welcome") == default_seed("welcome") != default_seed("welcome2")
+    assert 0 <= default_seed("x") < 2**31
+
+
+def test_job_payload_validation() -> None:
+    job = PrerenderJob.from_payload({"library": "acme", "manifest": "id,text\n", "presets": "mulaw8k,mp3"})
+    assert job.presets == ("mulaw8k", "mp3") and job.post.loudness_lufs == -19.0
+    assert PrerenderJob.from_payload({"library": "acme", "manifest": "x"}).presets == DEFAULT_PRESETS
+    for bad, field in [
+        ({"library": "../x", "manifest": "x"}, "library"),
+        ({"library": "a"}, "manifest"),
+        ({"library": "a", "manifest": "x", "presets": ["gsm"]}, "presets"),
+        ({"library": "a", "manifest": "x", "loudness_lufs": 3}, "loudness_lufs"),
+        ({"library": "a", "manifest": "x", "colour": 1}, "colour"),
+    ]:
+        with pytest.raises(InvalidRequest) as e:
+            PrerenderJob.from_payload(bad)
+        assert e.value.field == field
+    assert library_prefix("acme-ivr.v2") == "libraries/acme-ivr.v2/"
+
+
+def _speech_like(sr: int = 24000) -> np.ndarray:
+    t = np.arange(int(0.6 * sr)) / sr
+    tone = 0.05 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    silence = np.zeros(int(0.5 * sr))
+    return np.concatenate([silence, tone, silence]).astype(np.float32)
+
+
+def test_postprocess_trims_and_normalises() -> None:
+    x = _speech_like()
+    y, facts = postprocess(x, PostProcess(loudness_lufs=-20.0, pad_ms=50.0))
+    assert facts["source_duration_s"] == pytest.approx(1.6, abs=0.01)
+    assert facts["duration_s"] == pytest.approx(0.7, abs=0.03)
+    assert integrated_loudness(y, 24000) == pytest.approx(-20.0, abs=0.2)
+    assert facts["loudness_lufs"] == pytest.approx(-20.0, abs=0.2)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_encodes_a_readable_file(name: str) -> None:
+    preset = PRESETS[name]
+    data = encode_preset(_speech_like(), preset)
+    with sf.SoundFile(io.BytesIO(data)) as f:
+        assert f.samplerate == preset.sample_rate and f.channels == 1
+        assert f.frames == pytest.approx(1.6 * preset.sample_rate, rel=0.05)
+    if name == "mulaw8k":
+        assert sf.info(io.BytesIO(data)).subtype == "ULAW"
+    if name == "alaw8k":
+        assert sf.info(io.BytesIO(data)).subtype == "ALAW"
