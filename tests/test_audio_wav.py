@@ -13,6 +13,7 @@ from voxcast.audio.pcm import alaw_encode, mulaw_encode
 from voxcast.audio.wav import (
     UNKNOWN_SIZE,
     WavCodec,
+    data_span,
     file_header,
     finalize_stream,
     header_size,
@@ -45,8 +46,9 @@ def test_file_header_matches_libsndfile(codec: WavCodec, n: int) -> None:
     assert (info.samplerate, info.channels, info.frames, info.subtype) == (8000, 1, n, _SUBTYPES[codec])
     ref = io.BytesIO()
     sf.write(ref, x, 8000, format="WAV", subtype=_SUBTYPES[codec])
-    if n % 2 == 0 or codec == WavCodec.PCM16:
-        assert ours == ref.getvalue()  # same layout as libsndfile, byte for byte
+    assert ours == ref.getvalue()  # same layout as libsndfile (pad byte included), byte for byte
+    offset, length = data_span(ours[:64])
+    assert ours[offset : offset + length] == data
     back, _ = sf.read(io.BytesIO(ours), dtype="int16")
     ref_back, _ = sf.read(io.BytesIO(ref.getvalue()), dtype="int16")
     np.testing.assert_array_equal(back, ref_back)
@@ -65,6 +67,14 @@ def test_stream_header_reads_to_the_end_and_finalizes(codec: WavCodec) -> None:
     data = _data(codec, x)
     assert final == file_header(codec, 16000, len(data)) + data + b"\0" * (len(data) & 1)
     assert sf.info(io.BytesIO(final)).frames == len(x)
+
+
+def test_data_span_of_a_stream_and_of_garbage() -> None:
+    assert data_span(stream_header(WavCodec.MULAW, 8000)) == (58, None)
+    with pytest.raises(ValueError):
+        data_span(b"RIFF\0\0\0\0WAVEfmt \x10\0\0\0")
+    with pytest.raises(ValueError):
+        data_span(b"ID3" + b"\0" * 40)
 
 
 def test_finalize_rejects_non_wav() -> None:

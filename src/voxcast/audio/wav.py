@@ -10,6 +10,10 @@ Two kinds of header:
 G.711 headers follow libsndfile's layout: an 18-byte ``fmt`` chunk (``cbSize`` = 0) and a ``fact``
 chunk with the sample count (``0xFFFFFFFF`` when streaming). :func:`finalize_stream` turns a complete
 streamed WAV (streaming header + all data) into the file form by rewriting the sizes.
+
+A file whose data length is odd (G.711 with an odd sample count) ends with one RIFF pad byte that is
+not audio. To turn a stored G.711 WAV back into a raw stream, send exactly the :func:`data_span` bytes
+(skipping the header alone would stream the pad byte: a full-scale click in mu-law).
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-__all__ = ["UNKNOWN_SIZE", "WavCodec", "file_header", "finalize_stream", "header_size", "stream_header"]
+__all__ = [
+    "UNKNOWN_SIZE",
+    "WavCodec",
+    "data_span",
+    "file_header",
+    "finalize_stream",
+    "header_size",
+    "stream_header",
+]
 
 UNKNOWN_SIZE = 0xFFFFFFFF
 """Size field value meaning "unknown / to the end of the stream"."""
@@ -109,3 +121,28 @@ def finalize_stream(streamed: bytes) -> bytes:
         raise ValueError("not a WAV stream made by stream_header()")
     data = streamed[size:]
     return file_header(codec, sample_rate, len(data)) + data + b"\0" * (len(data) & 1)
+
+
+def data_span(head: bytes) -> tuple[int, int | None]:
+    """Where the samples of a WAV file are, from the first bytes of the file.
+
+    Args:
+        head: the start of the file (at least up to the ``data`` chunk header; 64 bytes suffice for
+            files written by this module or libsndfile).
+
+    Returns:
+        (offset of the first sample byte, number of sample bytes or ``None`` if the size is unknown
+        because the file is a live stream). The RIFF pad byte after odd-length data is excluded.
+
+    Raises:
+        ValueError: not a RIFF/WAVE header, or the ``data`` chunk header is not within ``head``.
+    """
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        raise ValueError("not a WAV file")
+    pos = 12
+    while pos + 8 <= len(head):
+        chunk_id, size = head[pos : pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
+        if chunk_id == b"data":
+            return pos + 8, None if size == UNKNOWN_SIZE else size
+        pos += 8 + size + (size & 1)
+    raise ValueError(f"no data chunk in the first {len(head)} bytes")
