@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -269,10 +270,13 @@ def _redis_client(url: str) -> Any:
 
 
 def main(env: Mapping[str, str] | None = None) -> int:
-    """Load and warm the service, then run the RunPod worker loop (never returns normally on success).
+    """Load and warm the service, then run the RunPod worker loop.
+
+    Without ``RUNPOD_WEBHOOK_GET_JOB`` and ``--rp_serve_api`` (a developer's shell) one job from
+    ``--test_input`` / ``test_input.json`` is run instead (:mod:`voxcast.serving.runpod_local`).
 
     Returns:
-        a non-zero exit code when configuration or loading fails.
+        the process exit code (the SDK's worker loop itself only returns on shutdown).
     """
     env = os.environ if env is None else env
     try:
@@ -287,6 +291,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 1  # only reached when _die is patched out in tests
     handler = RunpodHandler(service, config, redis_client)
     handler.on_engine_failure = _exit_soon
+    from voxcast.serving.runpod_local import is_local, run_local
+
+    if is_local(env, sys.argv[1:]):
+        return run_local(handler, sys.argv[1:], Path.cwd())
     _start_sdk(handler, config)
     return 0
 
