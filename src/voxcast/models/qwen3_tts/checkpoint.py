@@ -1,0 +1,213 @@
+"""Finding, checking and loading a Qwen3-TTS-12Hz checkpoint in the official layout.
+
+A checkpoint is a directory (or a Hugging Face hub id, resolved with ``snapshot_download``; with
+``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` only the local hub cache is used) holding::
+
+    config.json  generation_config.json (optional)
+    model.safetensors | model.safetensors.index.json + shards
+    vocab.json  merges.txt  tokenizer_config.json
+    speech_tokenizer/{config.json, model.safetensors}
+
+The network is built on the meta device and the safetensors tensors are assigned into it
+(``load_state_dict(assign=True)``), so no random initialisation runs and no second copy of the
+weights is made beyond the dtype/device conversion of one tensor at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from voxcast.errors import CheckpointError
+from voxcast.models.qwen3_tts.code_predictor import CodePredictor
+from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
+from voxcast.models.qwen3_tts.talker import Talker, rope_inv_freq
+from voxcast.models.qwen3_tts.tokenizer import TOKENIZER_FILES
+
+__all__ = [
+    "CheckpointFiles",
+    "Qwen3TTSNet",
+    "checkpoint_identity",
+    "load_network",
+    "locate_checkpoint",
+    "resolve_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+SPEECH_TOKENIZER_DIR = "speech_tokenizer"
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """The files of a validated checkpoint directory."""
+
+    root: Path
+    config: Path
+    weights: tuple[Path, ...]
+    speech_tokenizer: Path
+    generation_config: Path | None
+
+
+def resolve_checkpoint(name_or_path: str | Path, *, local_files_only: bool | None = None) -> Path:
+    """A local directory for ``name_or_path`` (an existing directory, or a hub id to download).
+
+    Args:
+        name_or_path: a directory, or ``owner/name`` on the Hugging Face hub.
+        local_files_only: only use the local hub cache; default: true when ``HF_HUB_OFFLINE=1``.
+
+    Raises:
+        CheckpointError: not a directory and not found on the hub (or in its cache when offline).
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise CheckpointError(f"{path} is not a directory")
+    name = str(name_or_path)
+    if name.count("/") != 1 or name.startswith(("/", ".", "~")):
+        raise CheckpointError(f"{name}: no such directory (and not a hub id like 'Qwen/Qwen3-TTS-...')")
+    if local_files_only is None:
+        local_files_only = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=local_files_only))
+    except Exception as e:  # the hub raises many types (offline, not found, auth, network)
+        where = "the local hub cache (offline)" if local_files_only else "the hub"
+        raise CheckpointError(f"{name}: cannot get it from {where}: {e}") from e
+
+
+def locate_checkpoint(root: Path) -> CheckpointFiles:
+    """Check that ``root`` has every file of the official layout.
+
+    Raises:
+        CheckpointError: naming every missing file.
+    """
+    missing: list[str] = []
+    for name in ("config.json", *TOKENIZER_FILES):
+        if not (root / name).is_file():
+            missing.append(name)
+    weights = _weight_files(root, missing)
+    st = root / SPEECH_TOKENIZER_DIR
+    for name in ("config.json", WEIGHTS_FILE):
+        if not (st / name).is_file():
+            missing.append(f"{SPEECH_TOKENIZER_DIR}/{name}")
+    if missing:
+        raise CheckpointError(f"{root}: not a Qwen3-TTS checkpoint, missing: {', '.join(missing)}")
+    gen = root / "generation_config.json"
+    return CheckpointFiles(root, root / "config.json", weights, st, gen if gen.is_file() else None)
+
+
+def _weight_files(root: Path, missing: list[str]) -> tuple[Path, ...]:
+    if (root / WEIGHTS_FILE).is_file():
+        return (root / WEIGHTS_FILE,)
+    index = root / WEIGHTS_INDEX
+    if not index.is_file():
+        missing.append(f"{WEIGHTS_FILE} (or {WEIGHTS_INDEX})")
+        return ()
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise CheckpointError(f"{index}: unreadable weight index: {e}") from e
+    missing.extend(s for s in shards if not (root / s).is_file())
+    return tuple(root / s for s in shards)
+
+
+def checkpoint_identity(files: CheckpointFiles, config: Qwen3TTSConfig) -> str:
+    """A stable name for cache keys: kind, size, hash of both configs and the weight byte counts.
+
+    The same files give the same identity wherever they are stored.
+    """
+    h = hashlib.sha256()
+    for p in (files.config, files.speech_tokenizer / "config.json"):
+        h.update(p.read_bytes())
+    size = sum(p.stat().st_size for p in files.weights)
+    codec_size = (files.speech_tokenizer / WEIGHTS_FILE).stat().st_size
+    kind = f"{config.tts_model_size or 'x'}-{config.tts_model_type}"
+    return f"qwen3-tts-12hz-{kind}:{h.hexdigest()[:16]}:{size}+{codec_size}"
+
+
+class Qwen3TTSNet(nn.Module):
+    """The main ``model.safetensors`` as modules: ``talker`` and (Base) ``speaker_encoder``."""
+
+    def __init__(self, config: Qwen3TTSConfig) -> None:
+        super().__init__()
+        t = config.talker
+        self.talker = Talker(t, CodePredictor(t.code_predictor, t.hidden_size))
+        self.speaker_encoder: nn.Module | None = None
+        if config.speaker_encoder is not None:
+            from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+            raw = dict(config.raw.get("speaker_encoder_config") or {})
+            self.speaker_encoder = SpeakerEncoder(SpeakerEncoderConfig.from_dict(raw))
+
+    def reset_rope(self, device: torch.device) -> None:
+        """(Re)create the non-persistent RoPE buffers on ``device`` (after a meta-device build)."""
+        t = self.talker
+        cp = t.code_predictor
+        t.inv_freq = rope_inv_freq(t.cfg.head_dim, t.cfg.rope_theta).to(device)
+        cp.inv_freq = rope_inv_freq(cp.cfg.head_dim, cp.cfg.rope_theta).to(device)
+
+
+def _read_tensors(files: tuple[Path, ...], device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                    t = f.get_tensor(key)
+                    out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise CheckpointError(f"{path}: cannot read weights: {e}") from e
+    return out
+
+
+def load_network(
+    files: CheckpointFiles,
+    config: Qwen3TTSConfig,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Qwen3TTSNet:
+    """Build :class:`Qwen3TTSNet` on the meta device and assign the checkpoint's tensors.
+
+    Raises:
+        CheckpointError: unreadable weights, or keys/shapes that do not match the config.
+    """
+    dev = torch.device(device)
+    with torch.device("meta"):
+        net = Qwen3TTSNet(config)
+    state = _read_tensors(files.weights, dev, dtype)
+    expected = dict(net.state_dict())
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    bad_shape = sorted(
+        k for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k].shape)
+    )
+    if missing or unexpected or bad_shape:
+        raise CheckpointError(
+            f"{files.root}: weights do not match config.json: "
+            f"missing {_few(missing)}, unexpected {_few(unexpected)}, wrong shape {_few(bad_shape)}"
+        )
+    net.load_state_dict(state, strict=True, assign=True)
+    net.reset_rope(dev)
+    net.eval().requires_grad_(False)
+    logger.info("loaded %d tensors from %s (%s, %s)", len(state), files.root, dev, dtype)
+    return net
+
+
+def _few(keys: list[str]) -> str:
+    if not keys:
+        return "none"
+    return ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")

@@ -1,0 +1,228 @@
+"""The Qwen3-TTS-12Hz facade used by the engine: load once, then build prompts and run generators.
+
+Typical use::
+
+    model = Qwen3TTS.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", device="cuda",
+                                     dtype=torch.bfloat16)
+    prompt = model.build_prompt("Hello there.", speaker="ryan", language="english")
+    gen = model.new_generator(prompt, SamplingParams(seed=7), max_frames=200)
+    dec = model.new_decoder(prompt.voice)
+    gen.prefill()
+    while (frame := gen.step()) is not None:   # LongTensor [16]
+        pcm = dec.decode(frame[None])          # float32 [1920]
+
+Nothing here runs lazily on a request: weights, tokenizer, codec decoder (and for Base models the
+speaker encoder and codec encoder) are loaded by :meth:`Qwen3TTS.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from voxcast.engine.request import SamplingParams
+from voxcast.errors import InvalidRequest
+from voxcast.models.qwen3_tts.checkpoint import (
+    checkpoint_identity,
+    load_network,
+    locate_checkpoint,
+    resolve_checkpoint,
+)
+from voxcast.models.qwen3_tts.codec_decoder import StreamingDecoder, load_codec_decoder
+from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
+from voxcast.models.qwen3_tts.generator import FrameGenerator
+from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
+from voxcast.models.qwen3_tts.sampling import SamplerSettings
+from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
+
+__all__ = ["Qwen3TTS"]
+
+logger = logging.getLogger(__name__)
+
+#: Primed codec-decoder states kept per cloned voice.
+PRIMED_DECODERS = 32
+
+
+class Qwen3TTS:
+    """A loaded checkpoint. Not thread-safe: the engine drives it from one thread.
+
+    Attributes:
+        model_type: "base", "custom_voice" or "voice_design".
+        identity: stable name of the checkpoint's content (for cache keys).
+        speakers: named speakers (CustomVoice), lower case.
+        languages: accepted language names ("auto" first).
+        sample_rate: 24000.
+        samples_per_frame: 1920 (12.5 frames per second).
+        config: the parsed ``config.json``.
+        load_s: seconds spent in :meth:`from_pretrained`.
+    """
+
+    sample_rate = 24000
+    samples_per_frame = 1920
+
+    def __init__(
+        self,
+        *,
+        config: Qwen3TTSConfig,
+        net: torch.nn.Module,
+        tokenizer: TextTokenizer,
+        codec_decoder: torch.nn.Module,
+        codec_encoder: object | None,
+        identity: str,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.config = config
+        self.net = net
+        self.talker = net.talker
+        self.tokenizer = tokenizer
+        self.codec_decoder = codec_decoder
+        self.codec_encoder = codec_encoder
+        self.identity = identity
+        self.device = device
+        self.dtype = dtype
+        self.model_type = config.tts_model_type
+        self.speakers = config.speakers
+        self.languages = config.languages
+        self.load_s = 0.0
+        self._prompts = PromptBuilder(config, self.talker, tokenizer)
+        self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        local_files_only: bool | None = None,
+    ) -> Qwen3TTS:
+        """Load a checkpoint directory or hub id.
+
+        Args:
+            name_or_path: local folder in the official layout, or a hub id.
+            device: "cpu", "cuda", "cuda:1"...
+            dtype: torch.float32 or torch.bfloat16 (weights and activations).
+            local_files_only: never download (default: true when ``HF_HUB_OFFLINE=1``).
+
+        Raises:
+            CheckpointError: missing files, bad config, weights that do not match.
+        """
+        t0 = time.perf_counter()
+        dev = torch.device(device)
+        root = resolve_checkpoint(name_or_path, local_files_only=local_files_only)
+        files = locate_checkpoint(root)
+        config = Qwen3TTSConfig.from_file(files.config)
+        net = load_network(files, config, device=dev, dtype=dtype)
+        tokenizer = TextTokenizer.from_dir(root)
+        decoder = load_codec_decoder(files.speech_tokenizer, device=dev, dtype=dtype)
+        encoder = None
+        if config.tts_model_type == "base":
+            from voxcast.models.qwen3_tts.codec_encoder import load_codec_encoder
+
+            # Mimi stays in float32: reference codes are computed once per voice.
+            encoder = load_codec_encoder(files.speech_tokenizer, device=dev, dtype=torch.float32)
+        model = cls(
+            config=config,
+            net=net,
+            tokenizer=tokenizer,
+            codec_decoder=decoder,
+            codec_encoder=encoder,
+            identity=checkpoint_identity(files, config),
+            device=dev,
+            dtype=dtype,
+        )
+        model.load_s = time.perf_counter() - t0
+        logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)
+        return model
+
+    # ------------------------------------------------------------------ voices and prompts
+
+    def make_voice_prompt(
+        self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool = False
+    ) -> VoicePrompt:
+        """Compute a cloned voice from reference audio (Base models only).
+
+        Args:
+            audio: float waveform, mono ``[L]`` or ``[L, channels]``.
+            sample_rate: rate of ``audio`` (resampled to 24 kHz).
+            ref_text: transcript of the clip (required unless ``x_vector_only``).
+            x_vector_only: condition on the speaker vector only.
+
+        Raises:
+            InvalidRequest: not a Base model (field "ref_audio"), bad audio, missing ref_text.
+        """
+        if self.model_type != "base" or self.net.speaker_encoder is None or self.codec_encoder is None:
+            raise InvalidRequest(f"a {self.model_type} model cannot clone voices", field="ref_audio")
+        from voxcast.models.qwen3_tts.reference_audio import prepare_reference_audio
+        from voxcast.models.qwen3_tts.voice_prompt import build_voice_prompt
+
+        wav = prepare_reference_audio(audio, sample_rate)
+        return build_voice_prompt(
+            self.net.speaker_encoder,
+            self.codec_encoder,
+            wav,
+            ref_text,  # type: ignore[arg-type]
+            x_vector_only=x_vector_only,
+            model_identity=self.identity,
+            tokenize=self._ref_text_ids,
+        )
+
+    def _ref_text_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(_ref_template(text))[3:-2]
+
+    def build_prompt(
+        self,
+        text: str,
+        *,
+        speaker: str | None = None,
+        voice: VoicePrompt | None = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> Prompt:
+        """The prefill for one request; see :meth:`PromptBuilder.build`.
+
+        Raises:
+            InvalidRequest: the request does not fit this model (field names the input at fault).
+        """
+        if voice is not None and voice.model_identity not in ("", self.identity):
+            raise InvalidRequest("this voice was made by another model; recreate it", field="voice")
+        return self._prompts.build(
+            text,
+            speaker=speaker,
+            voice=voice,
+            language=language,
+            instruct=instruct,
+            non_streaming_text=non_streaming_text,
+        )
+
+    # ------------------------------------------------------------------ generation
+
+    def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
+        """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random)."""
+        return FrameGenerator(
+            self.talker, prompt, SamplerSettings.from_params(sampling), max_frames, seed=sampling.seed
+        )
+
+    def new_decoder(self, voice: VoicePrompt | None = None) -> StreamingDecoder:
+        """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice)."""
+        if voice is None or voice.ref_codes is None:
+            return self.codec_decoder.new_stream()  # type: ignore[operator,no-any-return]
+        hit = self._primed.get(id(voice))
+        if hit is None or hit[0] is not voice:
+            primed = self.codec_decoder.new_stream(prime_codes=voice.ref_codes)  # type: ignore[operator]
+            hit = (voice, primed)
+            self._primed[id(voice)] = hit
+            while len(self._primed) > PRIMED_DECODERS:
+                self._primed.popitem(last=False)
+        self._primed.move_to_end(id(voice))
+        return hit[1].clone()

@@ -1,0 +1,312 @@
+"""Prefill layouts for every mode, and the checks that a request fits the model.
+
+Every prompt position is the sum of a text-track embedding ``T(x) = text_projection(text_embedding(x))``
+and a codec-track embedding ``C(x)`` (see docs/qwen3-tts.md, "Prompt (prefill) layout")::
+
+    [T(instruct template)]                      instruct (VoiceDesign, CustomVoice 1.7B)
+    T(<|im_start|>) T(assistant) T(\\n)           role
+    T(pad)+C(think|nothink) T(pad)+C(think_bos) [T(pad)+C(lang)] T(pad)+C(think_eos)
+    [T(pad)+speaker]                            C(spk id) | raw x-vector
+    T(tts_bos)+C(pad)
+    then one of
+      streaming text:     T(text[0])+C(bos)                 trailing = T(text[1:]) T(eod)
+      non-streaming text: T(text[i])+C(pad)... T(eod)+C(pad) T(pad)+C(bos)     trailing = T(pad)
+      ICL clone:          T(ref_text ++ text ++ eod) aligned with C(bos) E(ref frame 1..N)
+
+Tensors are computed in the same pieces as the official implementation (same rows per projection
+call), so the prefill is bitwise equal to the official one. The part that depends only on the voice
+and language (role, tags, speaker slot) and the reference-frame embeddings of a cloned voice are
+cached per voice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from voxcast.errors import InvalidRequest
+from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
+from voxcast.models.qwen3_tts.talker import Talker
+from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
+
+__all__ = ["Prompt", "PromptBuilder", "VoiceLike"]
+
+logger = logging.getLogger(__name__)
+
+#: Per-voice prefix entries kept in memory.
+PREFIX_CACHE_SIZE = 64
+
+
+class VoiceLike(Protocol):
+    """What a prompt needs from a cloned voice (:class:`~.voice_prompt.VoicePrompt`)."""
+
+    @property
+    def x_vector(self) -> Tensor: ...  # [D] float
+
+    @property
+    def ref_codes(self) -> Tensor | None: ...  # [N, 16] int64, None for x-vector-only voices
+
+    @property
+    def ref_text(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A ready prefill: ``embeds [1, L, H]`` plus the text fed one position per frame afterwards."""
+
+    embeds: Tensor
+    #: ``[1, T, H]`` added to the talker input of decode steps 0..T-1; ``pad`` afterwards.
+    trailing: Tensor
+    #: ``[1, 1, H]`` = ``T(<tts_pad>)``.
+    pad: Tensor
+    #: "custom_voice", "voice_design", "clone_icl" or "clone_xvector".
+    mode: str
+    #: Tokens of the target text (what the frame budget is derived from).
+    text_tokens: int
+    #: The cloned voice (ICL: its reference codes prime the codec decoder), else None.
+    voice: VoiceLike | None = None
+
+    @property
+    def length(self) -> int:
+        """Prefill positions."""
+        return int(self.embeds.shape[1])
+
+
+def _target_template(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _ref_template(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
+
+
+def _instruct_template(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n"
+
+
+class PromptBuilder:
+    """Builds :class:`Prompt` objects for one loaded model (not thread-safe: one engine thread)."""
+
+    def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer: TextTokenizer) -> None:
+        self.config = config
+        self.talker = talker
+        self.tokenizer = tokenizer
+        self._prefix: OrderedDict[tuple[object, ...], tuple[VoiceLike | None, Tensor]] = OrderedDict()
+        self._ref: OrderedDict[int, tuple[VoiceLike, Tensor]] = OrderedDict()
+        self._specials: tuple[Tensor, Tensor, Tensor] | None = None
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(
+        self, text: str, *, speaker: str | None, voice: VoiceLike | None, language: str, instruct: str | None
+    ) -> tuple[str, str | None]:
+        """Check a request against the model; returns ``(language, speaker)`` normalised.
+
+        Raises:
+            InvalidRequest: with ``field`` "text", "language", "voice", "ref_audio" or "instruct".
+        """
+        cfg, kind = self.config, self.config.tts_model_type
+        if not text or not text.strip():
+            raise InvalidRequest("text is empty", field="text")
+        lang = (language or "auto").strip().lower()
+        if lang not in cfg.languages:
+            raise InvalidRequest(
+                f"unknown language {language!r}; known: {', '.join(cfg.languages)}", field="language"
+            )
+        spk = speaker.strip().lower() if speaker and speaker.strip() else None
+        if kind == "custom_voice":
+            if voice is not None:
+                raise InvalidRequest("this CustomVoice model cannot clone reference audio", field="ref_audio")
+            if spk is None:
+                raise InvalidRequest(f"choose a speaker: {', '.join(cfg.speakers)}", field="voice")
+            if spk not in cfg.talker.spk_id:
+                raise InvalidRequest(
+                    f"unknown speaker {speaker!r}; known: {', '.join(cfg.speakers)}", field="voice"
+                )
+        elif spk is not None:
+            raise InvalidRequest(f"a {kind} model has no named speakers", field="voice")
+        if kind == "base" and voice is None:
+            raise InvalidRequest("a Base model clones a voice: give reference audio", field="ref_audio")
+        if kind == "voice_design":
+            if voice is not None:
+                raise InvalidRequest("a VoiceDesign model cannot clone reference audio", field="ref_audio")
+            if not instruct or not instruct.strip():
+                raise InvalidRequest(
+                    "a VoiceDesign model needs an instruct text describing the voice", field="instruct"
+                )
+        if instruct and instruct.strip() and not cfg.supports_instruct:
+            # The official wrapper silently drops instruct on 0.6B CustomVoice; we refuse it.
+            raise InvalidRequest(
+                f"this {cfg.tts_model_size or kind} {kind} model does not take instruct", field="instruct"
+            )
+        if voice is not None and voice.ref_codes is not None and not (voice.ref_text or "").strip():
+            raise InvalidRequest("an ICL voice needs its reference text", field="ref_text")
+        return lang, spk
+
+    # ------------------------------------------------------------------ building
+
+    def build(
+        self,
+        text: str,
+        *,
+        speaker: str | None = None,
+        voice: VoiceLike | None = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> Prompt:
+        """Build the prefill for one request (see the module docstring for the layout).
+
+        Args:
+            text: text to speak.
+            speaker: a named speaker (CustomVoice).
+            voice: a cloned voice (Base); ICL when it has reference codes, x-vector-only otherwise.
+            language: "auto" or a language of :attr:`Qwen3TTSConfig.languages`.
+            instruct: style/voice description (VoiceDesign; CustomVoice 1.7B).
+            non_streaming_text: whole text in the prefill. Default as the official wrapper: False
+                for cloning, True otherwise.
+
+        Raises:
+            InvalidRequest: the request does not fit the model (see :meth:`validate`).
+        """
+        lang, spk = self.validate(text, speaker=speaker, voice=voice, language=language, instruct=instruct)
+        if non_streaming_text is None:
+            non_streaming_text = voice is None
+        with torch.inference_mode():
+            return self._build(text, spk, voice, lang, instruct, non_streaming_text)
+
+    def _build(
+        self,
+        text: str,
+        spk: str | None,
+        voice: VoiceLike | None,
+        lang: str,
+        instruct: str | None,
+        non_streaming: bool,
+    ) -> Prompt:
+        ids = self._ids(_target_template(text))  # [1, n]
+        if ids.shape[1] < 9:
+            raise InvalidRequest("text produced no tokens", field="text")
+        bos, eos, pad = self._special_embeds()
+        prefix = self._prefix_embeds(ids, spk, voice, self._language_id(lang, spk))
+        parts = []
+        if instruct and instruct.strip():
+            parts.append(self.talker.text_embed(self._ids(_instruct_template(instruct))))
+        parts.append(prefix)
+        if voice is not None and voice.ref_codes is not None:
+            icl, trailing = self._icl(ids, voice, pad, eos, non_streaming)
+            parts.append(icl)
+            mode = "clone_icl"
+        else:
+            last_codec = self._codec([[self.config.talker.codec_bos_id]])
+            if non_streaming:
+                body = ids[:, 3:-5]
+                codec_pad = self._codec([[self.config.talker.codec_pad_id] * (body.shape[1] + 1)])
+                parts.append(torch.cat((self.talker.text_embed(body), eos), dim=1) + codec_pad)
+                parts.append(pad + last_codec)
+                trailing = pad
+            else:
+                parts.append(self.talker.text_embed(ids[:, 3:4]) + last_codec)
+                trailing = torch.cat((self.talker.text_embed(ids[:, 4:-5]), eos), dim=1)
+            mode = "clone_xvector" if voice is not None else self.config.tts_model_type
+        return Prompt(torch.cat(parts, dim=1), trailing, pad, mode, int(ids.shape[1]) - 8, voice)
+
+    def _device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    def _ids(self, s: str) -> Tensor:
+        return torch.tensor([self.tokenizer.encode(s)], dtype=torch.long, device=self._device())
+
+    def _codec(self, ids: list[list[int]]) -> Tensor:
+        return self.talker.codec_embed(torch.tensor(ids, dtype=torch.long, device=self._device()))
+
+    def _special_embeds(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``T(tts_bos), T(tts_eod), T(tts_pad)``, each ``[1, 1, H]`` (one 3-row projection)."""
+        if self._specials is None:
+            c = self.config
+            row = torch.tensor(
+                [[c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id]], device=self._device()
+            )
+            bos, eos, pad = self.talker.text_embed(row).chunk(3, dim=1)
+            self._specials = (bos, eos, pad)
+        return self._specials
+
+    def _language_id(self, lang: str, spk: str | None) -> int | None:
+        t = self.config.talker
+        lang_id = None if lang == "auto" else t.codec_language_id[lang]
+        dialect = t.spk_is_dialect.get(spk) if spk is not None else None
+        if dialect is not None and lang in ("chinese", "auto"):
+            lang_id = t.codec_language_id[dialect]
+        return lang_id
+
+    def _prefix_embeds(
+        self, ids: Tensor, spk: str | None, voice: VoiceLike | None, lang_id: int | None
+    ) -> Tensor:
+        """Role + tags + speaker + ``T(tts_bos)+C(pad)``: ``[1, 3 + tags + spk + 1, H]``, cached."""
+        role = tuple(int(i) for i in ids[0, :3].tolist())
+        key = (role, spk, id(voice) if voice is not None else None, lang_id)
+        hit = self._prefix.get(key)
+        if hit is not None and hit[0] is voice:  # ids of dead objects can be reused
+            self._prefix.move_to_end(key)
+            return hit[1]
+        t = self.config.talker
+        tags = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+        if lang_id is not None:
+            tags = [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
+        codec = [self._codec([tags])]
+        if spk is not None:
+            spk_t = torch.tensor(t.spk_id[spk], dtype=torch.long, device=self._device())
+            codec.append(self.talker.codec_embed(spk_t).view(1, 1, -1))
+        elif voice is not None:
+            w = self.talker.codec_head.weight
+            codec.append(voice.x_vector.to(device=w.device, dtype=w.dtype).view(1, 1, -1))
+        codec.append(self._codec([[t.codec_pad_id, t.codec_bos_id]]))
+        codec_all = torch.cat(codec, dim=1)
+        bos, _, pad = self._special_embeds()
+        text_track = torch.cat((pad.expand(-1, codec_all.shape[1] - 2, -1), bos), dim=1)
+        out = torch.cat((self.talker.text_embed(ids[:, :3]), text_track + codec_all[:, :-1]), dim=1)
+        self._remember(self._prefix, key, (voice, out))
+        return out
+
+    def _ref_codec_embeds(self, voice: VoiceLike) -> Tensor:
+        """``C(bos), E(ref frame 1..N)``: ``[1, N + 1, H]``, cached per voice object."""
+        hit = self._ref.get(id(voice))
+        if hit is not None and hit[0] is voice:
+            self._ref.move_to_end(id(voice))
+            return hit[1]
+        assert voice.ref_codes is not None
+        codes = voice.ref_codes.to(device=self._device(), dtype=torch.long)  # [N, 16]
+        cp_emb = self.talker.code_predictor.model.codec_embedding
+        rows = [self.talker.codec_embed(codes[:, :1])]
+        rows += [emb(codes[:, g : g + 1]) for g, emb in enumerate(cp_emb, 1)]
+        frames = torch.cat(rows, dim=1).sum(1).unsqueeze(0)  # [1, N, H]
+        out = torch.cat((self._codec([[self.config.talker.codec_bos_id]]), frames), dim=1)
+        self._remember(self._ref, id(voice), (voice, out))
+        return out
+
+    def _icl(
+        self, ids: Tensor, voice: VoiceLike, pad: Tensor, eos: Tensor, non_streaming: bool
+    ) -> tuple[Tensor, Tensor]:
+        ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
+        text = torch.cat((self.talker.text_embed(torch.cat((ref_ids, ids[:, 3:-5]), dim=-1)), eos), dim=1)
+        codec = self._ref_codec_embeds(voice)
+        n_text, n_codec = text.shape[1], codec.shape[1]
+        if non_streaming:
+            body = text + self._codec([[self.config.talker.codec_pad_id] * n_text])
+            return torch.cat((body, codec + pad), dim=1), pad
+        if n_text > n_codec:
+            return text[:, :n_codec] + codec, text[:, n_codec:]
+        text = torch.cat([text] + [pad] * (n_codec - n_text), dim=1)
+        return text + codec, pad
+
+    @staticmethod
+    def _remember(cache: OrderedDict, key: object, value: object) -> None:  # type: ignore[type-arg]
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > PREFIX_CACHE_SIZE:
+            cache.popitem(last=False)
