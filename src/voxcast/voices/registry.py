@@ -218,8 +218,7 @@ class VoiceRegistry(Generic[P]):
         )
 
     def _remember(self, voice_id: str, prompt: P, serialized_size: int) -> None:
-        size = max(serialized_size, int(getattr(prompt, "nbytes", 0) or 0))
-        self._lru.put(voice_id, prompt, size)
+        self._lru.put(voice_id, prompt, max(serialized_size, _memory_size(prompt)))
 
     # -- lookup ----------------------------------------------------------------------------
 
@@ -325,3 +324,13 @@ class VoiceRegistry(Generic[P]):
     def cached_bytes(self) -> int:
         """Bytes held by the in-memory LRU."""
         return self._lru.nbytes
+
+
+def _memory_size(prompt: object) -> int:
+    """Bytes held by a prompt's arrays: its ``nbytes``, else the sum over attributes that have one
+    (torch tensors and numpy arrays do), e.g. int64 codes that are stored as int16."""
+    own = getattr(prompt, "nbytes", None)
+    if isinstance(own, int):
+        return own
+    fields = getattr(prompt, "__dict__", {})
+    return sum(n for v in fields.values() if isinstance(n := getattr(v, "nbytes", None), int))
