@@ -192,7 +192,7 @@ class PromptBuilder:
         ids = self._ids(_target_template(text))  # [1, n]
         if ids.shape[1] < 9:
             raise InvalidRequest("text produced no tokens", field="text")
-        bos, eos, pad = self._special_embeds()
+        _, eos, pad = self._special_embeds()
         prefix = self._prefix_embeds(ids, spk, voice, self._language_id(lang, spk))
         parts = []
         if instruct and instruct.strip():

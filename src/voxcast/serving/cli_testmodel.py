@@ -1,0 +1,66 @@
+"""``voxcast make-test-model``: write a random-weight Qwen3-TTS checkpoint in the official layout.
+
+For tests, demos and benchmarks without downloading weights: ``--size tiny`` (a few tens of MB,
+built in seconds) or the real shapes ``0.6b`` / ``1.7b`` (bf16, GBs). Every CLI option has an
+environment variable (``VOXCAST_TESTMODEL_KIND``, ``..._SIZE``, ``..._OUT``, ``..._SEED``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+__all__ = ["add_parser", "add_parsers", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``make-test-model`` on an ``argparse`` subparsers object."""
+    from voxcast.models.qwen3_tts.testing import KINDS, SIZES
+
+    env = os.environ
+    p = sub.add_parser("make-test-model", help="write a random-weight checkpoint (official layout)")
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=env.get("VOXCAST_TESTMODEL_KIND", "custom_voice"),
+        help="model type (env VOXCAST_TESTMODEL_KIND; default custom_voice)",
+    )
+    p.add_argument(
+        "--size",
+        choices=SIZES,
+        default=env.get("VOXCAST_TESTMODEL_SIZE", "tiny"),
+        help="tiny, tiny-1.7b, 0.6b or 1.7b (env VOXCAST_TESTMODEL_SIZE; default tiny)",
+    )
+    p.add_argument(
+        "--out",
+        default=env.get("VOXCAST_TESTMODEL_OUT"),
+        required="VOXCAST_TESTMODEL_OUT" not in env,
+        help="output folder, must not exist or be empty (env VOXCAST_TESTMODEL_OUT)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=int(env.get("VOXCAST_TESTMODEL_SEED", "0")),
+        help="weights seed (env VOXCAST_TESTMODEL_SEED; default 0)",
+    )
+    p.set_defaults(func=run)
+
+
+add_parsers = add_parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the checkpoint; prints its path. Returns the exit code."""
+    from voxcast.models.qwen3_tts.testing import make_test_model
+
+    t0 = time.perf_counter()
+    try:
+        out = make_test_model(args.out, args.kind, args.size, seed=args.seed)
+    except ValueError as e:
+        print(f"make-test-model: {e}", file=sys.stderr)
+        return 2
+    print(f"{out} ({args.size} {args.kind}, seed {args.seed}, {time.perf_counter() - t0:.1f} s)")
+    return 0
