@@ -1,0 +1,356 @@
+"""Queue commands of ``voxcast``: worker, enqueue, listen, status, cancel, register-voice, prerender.
+
+Every option that has a ``VOXCAST_*`` variable defaults to it (see :class:`QueueConfig` and
+:class:`~voxcast.service.ServiceConfig`); a flag overrides it for this process.
+
+::
+
+    voxcast worker --queues voxcast --redis-url redis://127.0.0.1:6379/0
+    voxcast enqueue "Thanks for calling." --voice vivian --format mulaw --sample-rate 8000 --follow --out hi.wav
+    voxcast listen JOB_ID --out hi.wav          # replay a stream from its start
+    voxcast prerender prompts.csv --library acme --presets mulaw8k,alaw8k,mp3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from voxcast.errors import VoxcastError
+from voxcast.serving.redis_stream import EntryType, StreamEntry, StreamTimeout
+from voxcast.serving.rq_config import QueueConfig
+
+__all__ = ["add_parsers", "worker_main"]
+
+_MODEL_FLAGS = (("model", "VOXCAST_MODEL"), ("device", "VOXCAST_DEVICE"), ("dtype", "VOXCAST_DTYPE"))
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the queue subcommands on ``voxcast``'s subparsers."""
+    p = sub.add_parser("worker", help="run an RQ worker (loads and warms the model first)")
+    add_worker_arguments(p)
+    p.set_defaults(func=run_worker)
+
+    p = sub.add_parser("enqueue", help="enqueue a synthesis job (optionally follow its stream)")
+    _redis_args(p)
+    p.add_argument("text", help="text to speak")
+    for flag in ("voice", "language", "instruct"):
+        p.add_argument(f"--{flag}")
+    p.add_argument("--format", default="wav", help="response format (default wav)")
+    p.add_argument("--sample-rate", type=int, default=24000)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--max-frames", type=int)
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--request", help="extra request fields as JSON (merged last)")
+    p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
+    p.add_argument("--follow", action="store_true", help="read the stream as it grows")
+    p.add_argument("--out", type=Path, help="write the audio here (implies --follow)")
+    p.set_defaults(func=run_enqueue)
+
+    p = sub.add_parser("listen", help="replay a job's stream from the start (then follow it live)")
+    _redis_args(p)
+    p.add_argument("job_id")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--idle-timeout", type=float, default=120.0)
+    p.set_defaults(func=run_listen)
+
+    p = sub.add_parser("status", help="print a job's status, meta and result")
+    _redis_args(p)
+    p.add_argument("job_id")
+    p.set_defaults(func=run_status)
+
+    p = sub.add_parser("cancel", help="cancel a queued or running job")
+    _redis_args(p)
+    p.add_argument("job_id")
+    p.set_defaults(func=run_cancel)
+
+    p = sub.add_parser("register-voice", help="enqueue a voice registration from reference audio")
+    _redis_args(p)
+    p.add_argument("audio", type=Path)
+    p.add_argument("--ref-text")
+    p.add_argument("--x-vector-only", action="store_true")
+    p.add_argument("--queue")
+    p.set_defaults(func=run_register_voice)
+
+    p = sub.add_parser("prerender", help="render a prompt library from a manifest (CSV/JSON/YAML)")
+    _redis_args(p)
+    p.add_argument("manifest", type=Path)
+    p.add_argument("--library", required=True)
+    p.add_argument(
+        "--presets", help="comma-separated presets (default: mulaw8k,alaw8k,pcm8k,pcm16k,wav24k,mp3)"
+    )
+    p.add_argument("--loudness", type=float, help="target LUFS (default -19)")
+    p.add_argument("--peak", type=float, help="sample-peak ceiling dBFS (default -1)")
+    p.add_argument("--pad-ms", type=float, help="silence kept around speech (default 100)")
+    p.add_argument("--no-trim", action="store_true")
+    p.add_argument("--voice", help="default voice for rows without one")
+    p.add_argument("--language", help="default language for rows without one")
+    p.add_argument("--force", action="store_true", help="re-render prompts that are already done")
+    p.add_argument("--queue")
+    p.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    p.set_defaults(func=run_prerender)
+
+
+def _redis_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--redis-url", help="Redis URL (default: VOXCAST_REDIS_URL or redis://127.0.0.1:6379/0)")
+
+
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``voxcast worker`` (also used by the root ``worker.py``)."""
+    _redis_args(p)
+    p.add_argument("--queues", help="comma-separated queues, highest priority first (VOXCAST_QUEUES)")
+    p.add_argument("--name", help="worker name (default: RQ's)")
+    p.add_argument("--burst", action="store_true", help="quit when the queues are empty")
+    p.add_argument("--max-jobs", type=int)
+    p.add_argument("--worker-ttl", type=int, help="VOXCAST_WORKER_TTL_S (default 30)")
+    p.add_argument("--maintenance-interval", type=int, help="VOXCAST_MAINTENANCE_INTERVAL_S (default 15)")
+    p.add_argument("--job-heartbeat-ttl", type=int, help="VOXCAST_JOB_HEARTBEAT_TTL_S (default 30)")
+    p.add_argument("--model", help="VOXCAST_MODEL")
+    p.add_argument("--device", help="VOXCAST_DEVICE")
+    p.add_argument("--dtype", help="VOXCAST_DTYPE")
+
+
+def _config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> QueueConfig:
+    config = QueueConfig.from_env(os.environ if env is None else env)
+    queues = getattr(args, "queues", None)
+    return config.with_overrides(
+        redis_url=getattr(args, "redis_url", None),
+        queues=tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
+        worker_ttl_s=getattr(args, "worker_ttl", None),
+        maintenance_interval_s=getattr(args, "maintenance_interval", None),
+        heartbeat_ttl_s=getattr(args, "job_heartbeat_ttl", None),
+    )
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from voxcast.serving.client import QueueClient
+
+    return QueueClient.connect(_config(args))
+
+
+# -- worker ------------------------------------------------------------------------------------------
+def run_worker(args: argparse.Namespace) -> int:
+    """Load the service, then serve jobs until stopped (SIGTERM/SIGINT: warm shutdown)."""
+    from voxcast.service import ServiceConfig
+    from voxcast.serving.rq_config import connect
+    from voxcast.serving.rq_worker import VoxcastWorker
+
+    env = dict(os.environ)
+    for flag, name in _MODEL_FLAGS:
+        if getattr(args, flag, None):
+            env[name] = getattr(args, flag)
+    config = _config(args, env)
+    worker = VoxcastWorker(
+        list(config.queues),
+        connection=connect(config),
+        name=args.name,
+        queue_config=config,
+        service_config=ServiceConfig.from_env(env),
+    )
+    try:
+        worker.work(burst=args.burst, max_jobs=args.max_jobs, logging_level=None)
+    except VoxcastError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """``python worker.py [flags]``: the same as ``voxcast worker [flags]``."""
+    parser = argparse.ArgumentParser(prog="worker.py", description="voxcast RQ worker")
+    add_worker_arguments(parser)
+    return run_worker(parser.parse_args(argv))
+
+
+# -- enqueue / listen ----------------------------------------------------------------------------------
+def _request(args: argparse.Namespace) -> dict[str, Any]:
+    req: dict[str, Any] = {
+        "text": args.text,
+        "response_format": args.format,
+        "sample_rate": args.sample_rate,
+        "cache": not args.no_cache,
+    }
+    for key in ("voice", "language", "instruct", "seed", "max_frames"):
+        if getattr(args, key) is not None:
+            req[key] = getattr(args, key)
+    if args.greedy:
+        req["greedy"] = True
+    if args.request:
+        req.update(json.loads(args.request))
+    return req
+
+
+def run_enqueue(args: argparse.Namespace) -> int:
+    client = _client(args)
+    try:
+        t0 = time.time()
+        job_id = client.enqueue(_request(args), queue=args.queue)
+    except VoxcastError as e:
+        print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
+        return 2
+    print(job_id)
+    if not (args.follow or args.out):
+        return 0
+    return _follow(client, job_id, args.out, t0=t0)
+
+
+def run_listen(args: argparse.Namespace) -> int:
+    return _follow(_client(args), args.job_id, args.out, idle_timeout_s=args.idle_timeout)
+
+
+def _follow(
+    client: Any, job_id: str, out: Path | None, *, t0: float | None = None, idle_timeout_s: float = 120.0
+) -> int:
+    """Print every chunk as it arrives, write the audio, print the result; exit 0 only on ``eos``."""
+    from voxcast.serving.client import StreamCapture
+
+    capture = StreamCapture()
+    try:
+        for entry in client.follow(job_id, idle_timeout_s=idle_timeout_s):
+            capture.add(entry)
+            _print_entry(entry, t0 if t0 is not None else capture.first_received_ts or entry.received_ts)
+    except StreamTimeout as e:
+        print(f"error: {e} (job status: {client.status(job_id)['status']})", file=sys.stderr)
+        return 1
+    if out is not None and capture.chunks:
+        _write_audio(out, capture)
+    print(json.dumps({"status": capture.status, **capture.result}, indent=2, default=str))
+    return 0 if capture.status == EntryType.EOS.value else 1
+
+
+def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
+    at_ms = (e.received_ts - t0) * 1000
+    if e.type is EntryType.CHUNK:
+        lat = (e.received_ts - e.ts) * 1000
+        print(
+            f"chunk {e.seq:4d}  at {at_ms:8.1f} ms  engine t {e.t_ms or 0:8.1f} ms  "
+            f"{len(e.audio):7d} B  {e.frames or 0:3d} frames  redis {lat:6.2f} ms",
+            file=file,
+        )
+    elif e.type is EntryType.START:
+        print(f"start         at {at_ms:8.1f} ms  {json.dumps(e.info)}", file=file)
+    else:
+        print(f"{e.type.value:<13} at {at_ms:8.1f} ms", file=file)
+
+
+def _write_audio(out: Path, capture: Any) -> None:
+    from voxcast.audio.encode import stream_to_file
+    from voxcast.audio.formats import AudioFormat
+
+    first = capture.chunks[0]
+    fmt = AudioFormat(first.format)
+    data = capture.audio
+    if capture.gaps == 0:
+        data = stream_to_file(fmt, first.sample_rate, data)
+    out.write_bytes(data)
+    print(f"wrote {out} ({len(data)} bytes, {fmt.value} {first.sample_rate} Hz)", file=sys.stderr)
+
+
+# -- status / cancel / voices ------------------------------------------------------------------------
+def run_status(args: argparse.Namespace) -> int:
+    st = _client(args).status(args.job_id)
+    print(json.dumps(st, indent=2, default=str))
+    return 0 if st["status"] != "unknown" else 1
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    print(_client(args).cancel(args.job_id))
+    return 0
+
+
+def run_register_voice(args: argparse.Namespace) -> int:
+    client = _client(args)
+    job_id = client.register_voice(
+        args.audio.read_bytes(), ref_text=args.ref_text, x_vector_only=args.x_vector_only, queue=args.queue
+    )
+    print(job_id, file=sys.stderr)
+    return _wait_and_print(client, job_id)
+
+
+def _wait_and_print(client: Any, job_id: str, timeout_s: float = 3600.0) -> int:
+    from voxcast.serving.client import JobFailed
+
+    try:
+        print(json.dumps(client.wait(job_id, timeout_s=timeout_s), indent=2, default=str))
+        return 0
+    except JobFailed as e:
+        print(json.dumps({"error": e.error or {"message": str(e)}, "status": e.status}), file=sys.stderr)
+        return 1
+
+
+# -- prerender ---------------------------------------------------------------------------------------
+def run_prerender(args: argparse.Namespace) -> int:
+    client = _client(args)
+    defaults = {k: getattr(args, k) for k in ("voice", "language") if getattr(args, k)}
+    options = {
+        "presets": args.presets,
+        "loudness_lufs": args.loudness,
+        "peak_dbfs": args.peak,
+        "pad_ms": args.pad_ms,
+        "trim": False if args.no_trim else None,
+        "defaults": defaults or None,
+        "force": args.force or None,
+    }
+    try:
+        job_id = client.prerender(
+            args.manifest.read_text(encoding="utf-8"),
+            library=args.library,
+            manifest_format=args.manifest.name,
+            queue=args.queue,
+            **options,
+        )
+    except VoxcastError as e:
+        print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
+        return 2
+    print(job_id, file=sys.stderr)
+    if args.no_wait:
+        print(job_id)
+        return 0
+    return _prerender_progress(client, job_id)
+
+
+def _bar(p: Mapping[str, Any], width: int = 30) -> str:
+    total, done = int(p.get("total", 0)), int(p.get("done", 0))
+    filled = int(width * done / total) if total else 0
+    return (
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  rendered {p.get('rendered', 0)}  "
+        f"skipped {p.get('skipped', 0)}  failed {p.get('failed', 0)}  {str(p.get('current', ''))[:24]:<24}"
+    )
+
+
+def _prerender_progress(client: Any, job_id: str, poll_s: float = 0.5) -> int:
+    """Draw a progress bar from the job's meta until it ends, then print the summary."""
+    last = None
+    while True:
+        st = client.status(job_id)
+        progress = st["meta"].get("progress")
+        if progress and progress != last:
+            print(_bar(progress), end="", file=sys.stderr, flush=True)
+            last = progress
+        if st["status"] not in ("queued", "started", "deferred", "scheduled"):
+            break
+        time.sleep(poll_s)
+    print(file=sys.stderr)
+    return _print_summary(st)
+
+
+def _print_summary(st: Mapping[str, Any]) -> int:
+    if st["status"] != "finished":
+        print(
+            json.dumps({"status": st["status"], "error": st["error"], "exc": st["exc"]}, indent=2),
+            file=sys.stderr,
+        )
+        return 1
+    summary = st["result"] or {}
+    errors: Iterable[Mapping[str, Any]] = summary.get("errors", [])
+    for e in errors:
+        print(f"row {e['row']} ({e.get('id')}): {e['field']}: {e['message']}", file=sys.stderr)
+    print(json.dumps({k: v for k, v in summary.items() if k != "errors"}, indent=2))
+    return 0 if not summary.get("errors") else 3
