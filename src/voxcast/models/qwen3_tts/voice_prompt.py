@@ -106,11 +106,14 @@ class VoicePrompt:
         if self.ref_text_ids is not None:
             tensors["ref_text_ids"] = self.ref_text_ids.to(torch.int64).contiguous()
         meta = {
+            "schema_version": self.schema_version,
             "ref_text": self.ref_text,
             "x_vector_only": self.x_vector_only,
             "model_identity": self.model_identity,
         }
-        header = {"format": _FORMAT, "schema_version": str(self.schema_version), "json": json.dumps(meta)}
+        # One metadata key: safetensors does not keep the order of several, and the bytes should be
+        # deterministic (content-addressed storage).
+        header = {_FORMAT: json.dumps(meta, sort_keys=True)}
         return bytes(st_save(tensors, metadata=header))
 
     @classmethod
@@ -126,15 +129,18 @@ class VoicePrompt:
                 or inconsistent fields.
         """
         header = _read_metadata(data)
-        if header.get("format") != _FORMAT:
+        if _FORMAT not in header:
             raise InvalidVoicePrompt("data is not a voxcast voice prompt", field="voice")
-        if header.get("schema_version") != str(SCHEMA_VERSION):
+        try:
+            meta = json.loads(header[_FORMAT])
+            version = meta["schema_version"] if isinstance(meta, dict) else None
+        except (KeyError, ValueError) as e:
+            raise InvalidVoicePrompt(f"corrupt voice prompt metadata: {e}", field="voice") from e
+        if version != SCHEMA_VERSION:
             raise InvalidVoicePrompt(
-                f"voice prompt schema {header.get('schema_version')!r} is not {SCHEMA_VERSION}; recompute it",
-                field="voice",
+                f"voice prompt schema {version!r} is not {SCHEMA_VERSION}; recompute it", field="voice"
             )
         try:
-            meta = json.loads(header["json"])
             tensors = st_load(bytes(data))
             prompt = cls(
                 x_vector=tensors["x_vector"],
