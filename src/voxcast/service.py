@@ -23,14 +23,15 @@ from typing import Any
 
 from voxcast.audio.encode import StreamEncoder, stream_to_file
 from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
-from voxcast.audio.wav import WavCodec, header_size
-from voxcast.cache import AudioCache
+from voxcast.audio.wav import data_span
+from voxcast.cache import AudioCache, CachedStream
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import Timing
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
+from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.keys import validate_key
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 CACHE_READ_CHUNK_BYTES = 32 * 1024
 """Chunk size when a cache hit is streamed from storage."""
 
-_RAW_G711 = {AudioFormat.MULAW: WavCodec.MULAW, AudioFormat.ALAW: WavCodec.ALAW}
+_RAW_G711 = frozenset({AudioFormat.MULAW, AudioFormat.ALAW})
+"""Formats streamed as raw bytes but stored as WAV files."""
 
 
 def _bool(v: str) -> bool:
@@ -115,6 +117,25 @@ class SynthesisResult:
         return out
 
 
+def _wav_samples(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The sample bytes of a WAV file given as chunks (header and RIFF pad byte dropped)."""
+    head = b""
+    for data in chunks:
+        head += data
+        if len(head) >= 64:
+            break
+    offset, length = data_span(head)
+    remaining = len(head) - offset if length is None else length
+    first = head[offset : offset + remaining]
+    remaining -= len(first)
+    yield first
+    for data in chunks:
+        if length is not None:
+            data = data[:remaining]
+            remaining -= len(data)
+        yield data
+
+
 class ServiceStream(Iterator[EncodedChunk]):
     """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
 
@@ -170,12 +191,13 @@ class Service:
         store = open_store(config.storage)
         engine = Engine.load(config.engine)
         speakers = tuple(engine.model.speakers) if engine.model_type == "custom_voice" else ()
-        voices = VoiceRegistry(
+        voices: VoiceRegistry[VoicePrompt] = VoiceRegistry(
             store,
             engine.identity,
             engine.create_voice,
-            cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
-            builtin=speakers,
+            VoicePrompt.from_bytes,
+            speakers=speakers,
+            max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
         )
         return cls(config, engine, store, voices, AudioCache(store))
 
@@ -240,48 +262,48 @@ class Service:
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
         if req.cache and self.cache.cacheable(req):
-            key = self.cache.key_for(req, voice_key=voice_key, model_identity=self.engine.identity)
-            hit = self._cache_lookup(key)
+            key = self.cache.key_for(req, model_identity=self.engine.identity, voice=voice_key or None)
+            hit = self._cache_open(key)
             if hit is not None:
                 yield from self._from_cache(s, key, hit, timing, t0, voice_id)
                 return
         yield from self._from_engine(s, voice, key, timing, t0, voice_id)
 
-    def _cache_lookup(self, key: str) -> Any:
+    def _cache_open(self, key: str) -> CachedStream | None:
         try:
-            return self.cache.lookup(key)
+            return self.cache.open(key)
         except StorageError as e:
             log.warning("cache lookup failed for %s: %s", key, e)
             return None
 
     def _from_cache(
-        self, s: ServiceStream, key: str, hit: Any, timing: Timing, t0: float, voice_id: str | None
+        self, s: ServiceStream, key: str, hit: CachedStream, timing: Timing, t0: float, voice_id: str | None
     ) -> Iterator[EncodedChunk]:
         req = s.request
-        skip = header_size(_RAW_G711[req.response_format]) if req.response_format in _RAW_G711 else 0
         seq, total = 0, 0
-        for data in self.cache.iter_chunks(key, CACHE_READ_CHUNK_BYTES):
-            if s.cancelled:
-                break
-            if skip:
-                cut = min(skip, len(data))
-                data, skip = data[cut:], skip - cut
-            if not data:
-                continue
-            t_ms = (time.perf_counter() - t0) * 1000
-            if seq == 0:
-                timing.ttfa_ms = t_ms
-            total += len(data)
-            yield EncodedChunk(seq, data, req.response_format, req.sample_rate, 0, t_ms)
-            seq += 1
+        with hit:
+            body = hit.iter_chunks(CACHE_READ_CHUNK_BYTES)
+            if req.response_format in _RAW_G711:
+                body = _wav_samples(body)
+            for data in body:
+                if s.cancelled:
+                    break
+                if not data:
+                    continue
+                t_ms = (time.perf_counter() - t0) * 1000
+                if seq == 0:
+                    timing.ttfa_ms = t_ms
+                total += len(data)
+                yield EncodedChunk(seq, data, req.response_format, req.sample_rate, 0, t_ms)
+                seq += 1
+        meta = hit.audio.metadata
         timing.cache_hit = True
         timing.chunks = seq
         timing.total_ms = (time.perf_counter() - t0) * 1000
         timing.finish_reason = "cancelled" if s.cancelled else "cache"
-        meta = dict(getattr(hit, "metadata", {}) or {})
-        timing.audio_s = float(meta.get("duration_s", 0.0) or 0.0)
-        timing.frames = int(float(meta.get("frames", 0) or 0))
-        s.result = self._result(s, timing, total, timing.audio_s, self.cache.object_key(key), voice_id, None)
+        timing.audio_s = float(meta.get("audio_s", 0.0) or 0.0)
+        timing.frames = int(meta.get("frames", 0) or 0)
+        s.result = self._result(s, timing, total, timing.audio_s, self.cache.blob_key(key), voice_id, None)
 
     def _from_engine(
         self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
@@ -309,7 +331,10 @@ class Service:
                 (chunk.t_emit - es.t_submit) * 1000,
             )
             seq += 1
-        tail = encoder.finish()
+        try:
+            tail = encoder.finish()
+        except ValueError:  # flac/mp3/opus of a stream that produced no audio (e.g. cancelled)
+            tail = b""
         if tail:
             parts.append(tail)
             yield EncodedChunk(
@@ -336,10 +361,15 @@ class Service:
         }
         try:
             if key is not None and not timing.runaway:
-                self.cache.fill(key, data, meta, content_type)
-                return self.cache.object_key(key), None
+                self.cache.fill(key, data, meta, content_type=content_type)
+                return self.cache.blob_key(key), None
             blob_key = validate_key(f"renders/{s.request_id}.{file_extension(fmt)}")
-            self.store.put_bytes(blob_key, data, content_type=content_type, metadata=meta)
+            self.store.put_bytes(
+                blob_key,
+                data,
+                content_type=content_type,
+                metadata={k.replace("_", "-"): str(v) for k, v in meta.items()},
+            )
             return blob_key, None
         except StorageError as e:
             log.warning("request %s: storing the audio failed: %s", s.request_id, e)

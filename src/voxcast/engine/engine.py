@@ -292,7 +292,8 @@ class Engine:
         t.stalls, stall_s = playback_stalls(act.emits, act.durations)
         t.stall_ms = stall_s * 1000
         t.finish_reason = reason or str(getattr(gen, "finish_reason", None) or "eos")
-        t.runaway = t.finish_reason == "max_frames"
+        # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
+        t.runaway = t.finish_reason == "max_frames" and act.stream.request.max_frames is None
         if t.runaway:
             log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
         if self.keep_codes and act.codes:

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat, check_format_rate
 from voxcast.errors import InvalidRequest
 
 __all__ = ["MAX_TEXT_CHARS", "SamplingParams", "SynthesisRequest", "parse_request"]
@@ -127,11 +128,21 @@ class SynthesisRequest(BaseModel):
         return payload
 
     @model_validator(mode="after")
+    def _format_rate(self) -> SynthesisRequest:
+        try:
+            check_format_rate(self.response_format, self.sample_rate)
+        except ValueError as e:
+            raise PydanticCustomError("format_rate", str(e), {"field": "sample_rate"}) from e
+        return self
+
+    @model_validator(mode="after")
     def _one_voice_source(self) -> SynthesisRequest:
         if self.voice is not None and self.ref_audio is not None:
-            raise ValueError("give either voice or ref_audio, not both")
+            raise PydanticCustomError(
+                "voice_source", "give either voice or ref_audio, not both", {"field": "voice"}
+            )
         if self.ref_text is not None and self.ref_audio is None:
-            raise ValueError("ref_text needs ref_audio")
+            raise PydanticCustomError("ref_text", "ref_text needs ref_audio", {"field": "ref_text"})
         return self
 
     def ref_audio_bytes(self) -> bytes | None:
@@ -158,7 +169,7 @@ def parse_request(data: Mapping[str, Any] | SynthesisRequest) -> SynthesisReques
         return SynthesisRequest.model_validate(dict(data))
     except ValidationError as e:
         first = e.errors()[0]
-        field = _field_of(first)
+        field = str((first.get("ctx") or {}).get("field") or _field_of(first))
         if field == "input":
             field = "text"
         msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
