@@ -365,3 +365,15 @@ def test_prerender_renders_good_rows_reports_bad_ones_and_reruns_render_nothing(
     run_worker(redis_client, service)
     assert (client.wait(third)["rendered"], client.wait(third)["skipped"]) == (1, 1)
     assert client.wait(other)["cache_hits"] == 2  # same prompts in another library: served from the cache
+
+
+def test_one_prerender_per_library_at_a_time(
+    client: QueueClient, redis_client: redis.Redis, service: FakeService
+) -> None:
+    redis_client.set("voxcast:lock:library:busy", b"other-job", ex=30)
+    job_id = client.prerender("id,text\na,Hi.\n", library="busy", manifest_format="csv", presets=["pcm8k"])
+    run_worker(redis_client, service)
+    with pytest.raises(JobFailed) as e:
+        client.wait(job_id)
+    assert e.value.error["code"] == "library_busy" and service.calls == 0
+    assert redis_client.get("voxcast:lock:library:busy") == b"other-job"  # not released by the loser

@@ -47,6 +47,7 @@ __all__ = [
     "REGISTER_VOICE",
     "SYNTHESIZE",
     "JobContext",
+    "LibraryBusy",
     "bind_context",
     "cancel_key",
     "current_context",
@@ -340,27 +341,79 @@ def _fetch_audio(ctx: JobContext, key: Any) -> bytes:
 
 
 # -- prerender_library ---------------------------------------------------------------------------
+LIBRARY_LOCK_PREFIX = "voxcast:lock:library:"
+
+
+class LibraryBusy(VoxcastError):
+    """Another prerender job holds the library (two runs would race on its manifest)."""
+
+    code = "library_busy"
+
+
+class _LibraryLock:
+    """``SET voxcast:lock:library:<name> <job id> NX EX ttl``, refreshed while the job runs, so a dead
+    worker's lock lapses with its lease."""
+
+    def __init__(self, client: redis.Redis, library: str, job_id: str, ttl_s: int, every_s: float) -> None:
+        self.client, self.key, self.job_id = client, LIBRARY_LOCK_PREFIX + library, job_id
+        self.ttl_s, self.every_s, self._last = ttl_s, every_s, 0.0
+
+    def acquire(self) -> None:
+        if not self.client.set(self.key, self.job_id, nx=True, ex=self.ttl_s):
+            holder = self.client.get(self.key)
+            raise LibraryBusy(f"library is being rendered by job {holder!r}", field="library")
+        self._last = time.monotonic()
+
+    def refresh(self) -> None:
+        if time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            self.client.expire(self.key, self.ttl_s)
+
+    def release(self) -> None:
+        with contextlib.suppress(redis.RedisError):
+            if self.client.get(self.key) == self.job_id.encode():
+                self.client.delete(self.key)
+
+
 def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
     """Render a prompt library (see :mod:`voxcast.serving.prerender`); progress goes to job meta.
 
     Returns:
         The summary (counts, bad rows, manifest key).
+
+    Raises:
+        InvalidRequest: a malformed payload or an unreadable manifest.
+        LibraryBusy: another job is rendering the same library.
     """
     from voxcast.serving.prerender import PrerenderJob, prerender
 
     ctx, job = current_context(), _current_job()
     try:
         spec = PrerenderJob.from_payload(_merge_payload(payload, fields))
-    except InvalidRequest as e:
+        lock = _LibraryLock(
+            ctx.redis, spec.library, job.id, ctx.config.heartbeat_ttl_s, ctx.config.heartbeat_interval_s
+        )
+        lock.acquire()
+    except VoxcastError as e:
         _fail_without_retry(job, e.to_dict())
         raise
+
+    def heartbeat() -> None:
+        ctx.renew_lease()
+        lock.refresh()
 
     def progress(state: Mapping[str, Any]) -> None:
         job.meta["progress"] = dict(state)
         job.save_meta()
-        ctx.renew_lease()
+        heartbeat()
 
-    summary = prerender(ctx.service, spec, progress=progress, heartbeat=ctx.renew_lease)
+    try:
+        summary = prerender(ctx.service, spec, progress=progress, heartbeat=heartbeat)
+    except InvalidRequest as e:
+        _fail_without_retry(job, e.to_dict())
+        raise
+    finally:
+        lock.release()
     summary["job_id"] = job.id
     return summary
 
