@@ -8,11 +8,11 @@ the next job.
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -51,9 +51,16 @@ _HANDLER = textwrap.dedent(
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     d = tmp_path_factory.mktemp("rp_fake")
     (d / "handler.py").write_text(_HANDLER)
-    with FakeControlPlane() as plane, running_worker(
-        plane, {"RUNPOD_LOG_LEVEL": "INFO"}, d / "worker.log", handler=d / "handler.py", ready_timeout_s=60
-    ) as w:
+    with (
+        FakeControlPlane() as plane,
+        running_worker(
+            plane,
+            {"RUNPOD_LOG_LEVEL": "INFO"},
+            d / "worker.log",
+            handler=d / "handler.py",
+            ready_timeout_s=60,
+        ) as w,
+    ):
         yield w
 
 
@@ -63,7 +70,7 @@ def test_yields_arrive_incrementally_and_done_carries_the_aggregate(worker: Work
     rec = plane.wait_done(job, 30)
     assert [o["seq"] for o in rec.outputs] == [0, 1, 2, 3]
     recv = [p.t_recv for p in rec.streams]
-    assert all(b - a > 0.08 for a, b in zip(recv, recv[1:], strict=False))  # one POST per yield
+    assert all(b - a > 0.08 for a, b in itertools.pairwise(recv))  # one POST per yield
     assert all(p.t_recv - p.output["ts"] < 0.5 for p in rec.streams)
     assert rec.t_done is not None and rec.t_done - recv[0] > 0.3
     assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"

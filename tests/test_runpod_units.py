@@ -68,7 +68,10 @@ def test_audio_messages_split_under_the_bound_and_reassemble() -> None:
     assert [m["frames"] for m in msgs] == [4] + [0] * (len(msgs) - 1)
     assert all(m["t_ms"] == 12.346 and m["format"] == "pcm" and m["sample_rate"] == 24000 for m in msgs)
     json.dumps(msgs)  # JSON-able: the SDK drops anything else silently
-    assert audio_messages(b"", first_seq=0, format="wav", sample_rate=8000, t_ms=0, frames=1, max_bytes=1024) == []
+    assert (
+        audio_messages(b"", first_seq=0, format="wav", sample_rate=8000, t_ms=0, frames=1, max_bytes=1024)
+        == []
+    )
 
 
 def test_error_message_is_a_dict_whose_str_is_json() -> None:
@@ -76,14 +79,20 @@ def test_error_message_is_a_dict_whose_str_is_json() -> None:
     err = msg["error"]
     assert isinstance(err, ErrorPayload) and err["field"] == "text" and err["code"] == "invalid_request"
     # runpod 1.12 does str(error) before POSTing it: that must stay parseable
-    assert json.loads(str(err)) == {"code": "invalid_request", "message": "text: text is empty", "field": "text"}
+    assert json.loads(str(err)) == {
+        "code": "invalid_request",
+        "message": "text: text is empty",
+        "field": "text",
+    }
     assert json.loads(json.dumps(msg)) == {"error": dict(err)}
 
 
 def test_final_message_carries_result_and_optional_inline_audio() -> None:
     result = {"request_id": "r", "audio_key": "renders/r.wav", "timing": {"ttfa_ms": 1.0}}
     msg = final_message(result, seq=3, messages=3)
-    assert msg["done"] is True and msg["seq"] == 3 and msg["audio_key"] == "renders/r.wav" and "audio" not in msg
+    assert (
+        msg["done"] is True and msg["seq"] == 3 and msg["audio_key"] == "renders/r.wav" and "audio" not in msg
+    )
     inline = final_message(result, seq=0, messages=0, inline_audio=b"RIFF1234")
     assert base64.b64decode(inline["audio"]) == b"RIFF1234"
 
@@ -133,7 +142,9 @@ def test_pump_reraises_source_errors_and_runs_on_item_on_its_thread() -> None:
         raise InvalidRequest("bad speaker", field="voice")
 
     async def run() -> list[int]:
-        pump = ThreadPump(source(), on_item=lambda i: seen.append((i, threading.current_thread().name)), name="p")
+        pump = ThreadPump(
+            source(), on_item=lambda i: seen.append((i, threading.current_thread().name)), name="p"
+        )
         out = []
         with pytest.raises(InvalidRequest) as ei:
             async for i in pump.start():
@@ -145,15 +156,32 @@ def test_pump_reraises_source_errors_and_runs_on_item_on_its_thread() -> None:
     assert seen == [(1, "p")]
 
 
-def test_pump_close_stops_the_producer_within_one_item() -> None:
+class _Cancellable:
+    """A slow source that stops at its next item once cancelled (like an engine stream)."""
+
+    def __init__(self, n: int, dt: float) -> None:
+        self.n, self.dt, self.cancelled = n, dt, threading.Event()
+
+    def __iter__(self) -> Iterator[int]:
+        for i in range(self.n):
+            if self.cancelled.is_set():
+                return
+            time.sleep(self.dt)
+            yield i
+
+
+def test_pump_close_drains_a_cancelled_source_without_blocking() -> None:
+    source = _Cancellable(1000, 0.01)
+
     async def run() -> ThreadPump[int]:
-        pump = ThreadPump(_slow(1000, 0.01), maxsize=1).start()
+        pump = ThreadPump(source, maxsize=1).start()
         async for i in pump:
             if i == 3:
                 break
+        source.cancelled.set()
         pump.close()
         assert await pump.wait_finished(2.0)
         return pump
 
     pump = asyncio.run(run())
-    assert pump.finished and pump.items_after_close <= 1
+    assert pump.finished and pump.items_after_close <= 2

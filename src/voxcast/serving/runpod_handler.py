@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from voxcast.audio.encode import stream_to_file
+from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
 from voxcast.serving.runpod_config import RunpodConfig
@@ -188,10 +190,13 @@ class RunpodHandler:
             result = stream.result.to_dict()
             if mirror:
                 await asyncio.to_thread(mirror.eos, result)
-            inline = b"".join(kept) if kept else None
             result["t0_unix"] = _origin_unix(stream, pump)
+            fmt, rate = request.response_format, request.sample_rate
+            inline = stream_to_file(fmt, rate, b"".join(kept)) if kept else None
             log.info("job %s: done, %d messages, %.1f ms", job_id, seq, (time.perf_counter() - t0) * 1e3)
-            yield final_message(result, seq=seq, messages=seq, inline_audio=inline)
+            yield final_message(
+                result, seq=seq, messages=seq, inline_audio=inline, inline_content_type=file_content_type(fmt)
+            )
         except BaseException as e:
             self._abort(job_id, stream, pump, mirror, e)
             raise

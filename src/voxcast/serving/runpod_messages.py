@@ -89,7 +89,12 @@ def audio_messages(
 
 
 def final_message(
-    result: Mapping[str, Any], *, seq: int, messages: int, inline_audio: bytes | None = None
+    result: Mapping[str, Any],
+    *,
+    seq: int,
+    messages: int,
+    inline_audio: bytes | None = None,
+    inline_content_type: str | None = None,
 ) -> dict[str, Any]:
     """The last message of a successful job.
 
@@ -97,9 +102,12 @@ def final_message(
         result: the JSON-able synthesis result (``SynthesisResult.to_dict()``).
         seq: ``seq`` of this message (= number of chunk messages before it).
         messages: chunk messages sent before it.
-        inline_audio: the complete file, for small non-streaming requests only.
+        inline_audio: the complete file (as stored under ``audio_key``: WAV-wrapped for mulaw/alaw),
+            for small non-streaming requests only.
+        inline_content_type: its MIME type (``audio_content_type`` in the message).
     """
     out: dict[str, Any] = {"done": True, "seq": seq, **result, "messages": messages}
     if inline_audio is not None:
         out["audio"] = base64.b64encode(inline_audio).decode("ascii")
+        out["audio_content_type"] = inline_content_type
     return out

@@ -37,7 +37,10 @@ class ThreadPump(Generic[T]):
         name: thread name (for logs and debuggers).
 
     Use ``async for item in pump`` after :meth:`start`; call :meth:`close` when the consumer stops
-    early (it never blocks). An exception raised by ``source`` is re-raised to the consumer.
+    early (it never blocks). After ``close`` the producer keeps iterating ``source`` to its end but
+    discards the items (so the source can finish its own bookkeeping): stop the source first (e.g.
+    ``stream.cancel()``), or it runs to completion. An exception raised by ``source`` is re-raised
+    to the consumer.
     """
 
     def __init__(
@@ -59,7 +62,7 @@ class ThreadPump(Generic[T]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.items_after_close = 0
-        """Items ``source`` produced after :meth:`close` (how far the producer ran on)."""
+        """Items ``source`` produced after :meth:`close` (drained and discarded)."""
         self.t_started = 0.0
         """``time.perf_counter()`` when the producer thread started iterating ``source``."""
 
@@ -75,7 +78,7 @@ class ThreadPump(Generic[T]):
         return self._finished.is_set()
 
     def close(self) -> None:
-        """Stop handing items over; the producer stops after its current item. Never blocks."""
+        """Stop handing items over; the producer drains ``source`` without waiting. Never blocks."""
         self._closed.set()
         self._slots.release()  # wake a producer waiting for room
 
@@ -115,13 +118,12 @@ class ThreadPump(Generic[T]):
         for item in it:
             if self._closed.is_set():
                 self.items_after_close += 1
-                return
+                continue
             if self._on_item is not None:
                 self._on_item(item)
             self._slots.acquire()
-            if self._closed.is_set():
-                return
-            self._post(_ITEM, item)
+            if not self._closed.is_set():
+                self._post(_ITEM, item)
 
     def _post(self, kind: str, value: Any) -> None:
         assert self._loop is not None

@@ -1,0 +1,217 @@
+"""The RunPod handler called directly (async iteration) on a real service with a tiny checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voxcast.audio.encode import stream_to_file
+from voxcast.audio.formats import AudioFormat
+from voxcast.serving.runpod_config import RunpodConfig
+from voxcast.serving.runpod_handler import RunpodHandler
+
+pytestmark = pytest.mark.slow
+
+TEXT = "Hello there, this is a test."
+
+
+class _Tap:
+    """Wraps one real ServiceStream and records when chunks come out and when cancel is called."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.t_first_next: float | None = None
+        self.t_cancel: float | None = None
+        self.t_end: float | None = None
+        self.t_ms: list[float] = []
+
+    def __iter__(self) -> _Tap:
+        return self
+
+    def __next__(self) -> Any:
+        if self.t_first_next is None:
+            self.t_first_next = time.perf_counter()
+        try:
+            chunk = next(self.stream)
+        except StopIteration:
+            self.t_end = time.perf_counter()
+            raise
+        self.t_ms.append(chunk.t_ms)
+        return chunk
+
+    def cancel(self) -> None:
+        self.t_cancel = time.perf_counter()
+        self.stream.cancel()
+
+    @property
+    def result(self) -> Any:
+        return self.stream.result
+
+
+class _TappedService:
+    """The real service, with every stream it returns wrapped in a :class:`_Tap`."""
+
+    def __init__(self, service: Any) -> None:
+        self._service = service
+        self.taps: list[_Tap] = []
+
+    def synthesize(self, *args: Any, **kwargs: Any) -> _Tap:
+        tap = _Tap(self._service.synthesize(*args, **kwargs))
+        self.taps.append(tap)
+        return tap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model_dir: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from voxcast.service import Service, ServiceConfig
+
+    env = {
+        "VOXCAST_MODEL": str(tiny_model_dir("custom_voice")),
+        "VOXCAST_STORAGE_DIR": str(tmp_path_factory.mktemp("rp_store")),
+        "VOXCAST_THREADS": "1",
+    }
+    svc = Service.load(ServiceConfig.from_env(env))
+    yield svc
+    svc.close()
+
+
+def _handler(service: Any, **env: str) -> RunpodHandler:
+    return RunpodHandler(service, RunpodConfig.from_env(env))
+
+
+async def _collect(handler: RunpodHandler, job_input: Any, job_id: str = "job-1") -> list[dict[str, Any]]:
+    return [m async for m in handler.handle({"id": job_id, "input": job_input})]
+
+
+def _run(handler: RunpodHandler, job_input: Any, job_id: str = "job-1") -> list[dict[str, Any]]:
+    return asyncio.run(_collect(handler, job_input, job_id))
+
+
+def _audio(messages: list[dict[str, Any]]) -> bytes:
+    return b"".join(base64.b64decode(m["audio"]) for m in messages if "audio" in m and not m.get("done"))
+
+
+def test_streams_json_chunks_then_a_final_message_with_key_and_timing(service: Any) -> None:
+    msgs = _run(_handler(service), {"text": TEXT, "voice": "ryan", "max_frames": 8, "chunk_frames": 2})
+    json.dumps(msgs)
+    *chunks, final = msgs
+    assert len(chunks) >= 3
+    assert [m["seq"] for m in chunks] == list(range(len(chunks)))
+    assert all(m["format"] == "wav" and m["sample_rate"] == 24000 for m in chunks)
+    t_ms = [m["t_ms"] for m in chunks]
+    assert t_ms == sorted(t_ms) and t_ms[0] > 0
+    assert final["done"] is True and final["seq"] == len(chunks) == final["messages"]
+    assert final["request_id"] == "job-1" and final["timing"]["frames"] == 8
+    assert final["timing"]["ttfa_ms"] > 0 and "t0_unix" in final and "audio" not in final
+    streamed = _audio(chunks)
+    assert streamed[:4] == b"RIFF" and final["bytes"] == len(streamed)
+    stored = service.store.get_bytes(final["audio_key"])
+    assert stored == stream_to_file(AudioFormat.WAV, 24000, streamed)
+
+
+def test_every_message_respects_the_size_bound(service: Any) -> None:
+    handler = _handler(service, VOXCAST_RUNPOD_MAX_MESSAGE_BYTES="1024")
+    msgs = _run(handler, {"text": TEXT, "voice": "ryan", "max_frames": 4, "response_format": "pcm"})
+    *chunks, final = msgs
+    assert all(len(base64.b64decode(m["audio"])) <= 1024 for m in chunks)
+    assert len(json.dumps(final)) < 16_384
+    assert len(_audio(chunks)) == final["bytes"] == 4 * 1920 * 2  # 4 frames x 1920 samples x int16
+
+
+def test_non_streaming_inlines_small_files_only(service: Any) -> None:
+    req = {
+        "text": TEXT,
+        "voice": "ryan",
+        "max_frames": 4,
+        "stream": False,
+        "response_format": "mulaw",
+        "sample_rate": 8000,
+    }
+    (small,) = _run(_handler(service), req)
+    assert small["done"] and small["seq"] == 0 and small["messages"] == 0
+    # the inline file is the stored object: a G.711 WAV for mulaw
+    assert base64.b64decode(small["audio"]) == service.store.get_bytes(small["audio_key"])
+    assert small["audio_content_type"] == "audio/wav" and small["content_type"].startswith("audio/PCMU")
+    (big,) = _run(_handler(service, VOXCAST_RUNPOD_INLINE_MAX_BYTES="0"), req)
+    assert big["done"] and "audio" not in big and big["audio_key"]
+
+
+@pytest.mark.parametrize(
+    ("job_input", "field"),
+    [
+        ({"text": "   "}, "text"),
+        ({"input": "hi", "sample_rate": 12345}, "sample_rate"),
+        ({"text": "hi", "response_format": "ogg"}, "response_format"),
+        ({"text": "hi", "voice": "nobody-knows-me"}, "voice"),  # found by the model, during iteration
+        ({"text": "hi", "surprise": 1}, "surprise"),
+        ("just a string", "request"),
+        ({"action": "dance"}, "action"),
+        ({"action": "register_voice", "ref_audio": "not base64!"}, "ref_audio"),
+    ],
+)
+def test_bad_input_ends_the_job_with_a_structured_error_naming_the_field(
+    service: Any, job_input: Any, field: str
+) -> None:
+    msgs = _run(_handler(service), job_input)
+    assert len(msgs) == 1 and set(msgs[0]) == {"error"}
+    err = msgs[0]["error"]
+    assert err["field"] == field, err
+    assert json.loads(str(err)) == dict(err)  # what the SDK POSTs after its str()
+
+
+def test_the_handler_keeps_serving_after_errors(service: Any) -> None:
+    handler = _handler(service)
+    assert "error" in _run(handler, {"text": ""})[0]
+    assert "error" in _run(handler, {"text": "hi", "voice": "nobody"})[0]
+    assert _run(handler, {"text": TEXT, "voice": "ryan", "max_frames": 2})[-1]["done"]
+
+
+def test_list_voices_action(service: Any) -> None:
+    (msg,) = _run(_handler(service), {"action": "list_voices"})
+    assert any("ryan" in json.dumps(v) for v in msg["voices"])
+
+
+def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any) -> None:
+    tapped = _TappedService(service)
+    handler = RunpodHandler(tapped, RunpodConfig())  # type: ignore[arg-type]
+    req = {"text": TEXT * 4, "voice": "ryan", "max_frames": 400, "first_chunk_frames": 1, "chunk_frames": 1}
+
+    async def run() -> int:
+        got = 0
+
+        async def consume() -> None:
+            nonlocal got
+            async for _ in handler.handle({"id": "job-cancel", "input": req}):
+                got += 1
+
+        task = asyncio.create_task(consume())
+        while got < 3:
+            await asyncio.sleep(0.005)
+        task.cancel()  # what the SDK does when the platform stops the job
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return got
+
+    got = asyncio.run(run())
+    tap = tapped.taps[0]
+    deadline = time.monotonic() + 10
+    while tap.t_end is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tap.t_cancel is not None and tap.t_end is not None and tap.t_first_next is not None
+    result = tap.result
+    assert result.timing.finish_reason == "cancelled"
+    assert got <= result.timing.frames < 400
+    # frames whose emit time (origin + t_ms) is after the cancel: at most the one in flight
+    cancel_ms = (tap.t_cancel - tap.t_first_next) * 1000
+    assert sum(t > cancel_ms + 1.0 for t in tap.t_ms) <= 1
+    assert result.audio_key is None  # a cancelled rendering is not stored

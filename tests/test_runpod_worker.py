@@ -1,0 +1,156 @@
+"""``python handler.py`` as a real RunPod SDK worker: production mode against the fake control plane,
+the ``--rp_serve_api`` local server, and a failed start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes_runpod_control_plane import (
+    REPO_ROOT,
+    FakeControlPlane,
+    WorkerProcess,
+    running_worker,
+    start_worker,
+)
+
+pytest.importorskip("runpod")
+pytestmark = pytest.mark.slow
+
+TEXT = "Hello there, this is a test of streaming."
+
+
+def _worker_env(model: Path, store: Path, **extra: str) -> dict[str, str]:
+    return {
+        "VOXCAST_MODEL": str(model),
+        "VOXCAST_STORAGE_DIR": str(store),
+        "VOXCAST_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "RUNPOD_LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tiny_model_dir: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    d = tmp_path_factory.mktemp("rp_worker")
+    env = _worker_env(tiny_model_dir("custom_voice"), d / "store", VOXCAST_RUNPOD_AGGREGATE="true")
+    with FakeControlPlane() as plane, running_worker(plane, env, d / "worker.log") as w:
+        yield w
+
+
+def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    job = plane.submit(
+        {"text": TEXT, "voice": "ryan", "max_frames": 12, "first_chunk_frames": 1, "chunk_frames": 1}
+    )
+    rec = plane.wait_done(job, 120)
+    *chunks, final = rec.outputs
+    assert final["done"] is True and final["timing"]["frames"] == 12 and final["audio_key"]
+    assert [c["seq"] for c in chunks] == list(range(len(chunks))) and len(chunks) >= 12
+    # the done POST carries the aggregate: every yielded message, the final one last
+    assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
+    # incremental: each chunk reached the control plane soon after the engine emitted it
+    emit = [final["t0_unix"] + c["t_ms"] / 1000 for c in chunks]
+    recv = [p.t_recv for p in rec.streams[: len(chunks)]]
+    assert max(r - e for r, e in zip(recv, emit, strict=True)) < 0.5
+    gen_s = emit[-1] - emit[0]
+    assert gen_s > 0.1 and recv[-1] - recv[0] > 0.5 * gen_s
+    assert rec.t_done is not None and rec.t_done - recv[0] > 0.5 * gen_s  # first chunk well before done
+    assert not plane.unauthorized
+
+
+def test_bad_input_fails_naming_the_field_and_the_next_job_succeeds(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    bad = plane.submit({"text": "hi", "sample_rate": 12345})
+    unknown = plane.submit({"text": "hi", "voice": "nobody-knows-me"})
+    good = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 3})
+    for job, field in ((bad, "sample_rate"), (unknown, "voice")):
+        rec = plane.wait_done(job, 60)
+        assert set(rec.done) == {"error"} and rec.streams == []
+        assert json.loads(rec.done["error"])["field"] == field
+    assert plane.wait_done(good, 60).outputs[-1]["done"] is True
+
+
+def test_a_stopped_job_stops_streaming_and_the_worker_serves_on(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    job = plane.submit({"text": TEXT * 3, "voice": "ryan", "max_frames": 400, "chunk_frames": 1})
+    plane.wait_streams(job, 3, 60)
+    plane.cancel(job)
+    deadline = time.monotonic() + 10
+    while f"job {job}: cancelled" not in worker.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"job {job}: cancelled" in worker.log()
+    n = len(plane.jobs[job].streams)
+    time.sleep(0.5)
+    assert len(plane.jobs[job].streams) <= n + 1 < 400 and plane.jobs[job].done is None
+    nxt = plane.wait_done(plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 2}), 60)
+    assert nxt.outputs[-1]["done"] is True
+
+
+def test_a_failed_load_exits_non_zero_without_taking_jobs(tmp_path: Path) -> None:
+    with FakeControlPlane() as plane:
+        with pytest.raises(RuntimeError, match="exited with 1") as ei:
+            start_worker(
+                plane, _worker_env(tmp_path / "no-such-model", tmp_path / "store"), tmp_path / "w.log"
+            )
+        assert "start-up failed" in str(ei.value)
+        assert plane.takes == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post_json(url: str, payload: Any, timeout_s: float) -> Any:
+    req = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
+    env.update(_worker_env(tiny_model_dir("custom_voice"), tmp_path / "store"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH")) if p)
+    args = ["--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(port)]
+    with (tmp_path / "api.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "handler.py", *args], cwd=REPO_ROOT, env=env, stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "api.log").read_text()
+                assert time.monotonic() < deadline, "the API server did not come up"
+                time.sleep(0.2)
+        body = {"input": {"text": TEXT, "voice": "ryan", "max_frames": 3, "stream": False}}
+        out = _post_json(f"http://127.0.0.1:{port}/runsync", body, 120)
+        assert out["status"] == "COMPLETED", out
+        (final,) = out["output"]
+        assert final["done"] is True and final["audio"] and final["timing"]["frames"] == 3
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
