@@ -24,7 +24,9 @@ Factory = Callable[[str], Path]
 
 @pytest.fixture(scope="module")
 def cv_engine(tiny_model_dir: Factory) -> Engine:
-    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", chunk_frames=3))
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", chunk_frames=3)
+    )
     yield engine
     engine.close()
 
@@ -98,7 +100,9 @@ def test_seed_reproduces_and_greedy_is_deterministic(cv_engine: Engine) -> None:
 
 def test_concurrent_streams_interleave_and_match_sequential(cv_engine: Engine) -> None:
     seeds = [21, 22, 23]
-    sequential = {s: np.concatenate([c.pcm for c in _run(cv_engine, seed=s, max_frames=12)[0]]) for s in seeds}
+    sequential = {
+        s: np.concatenate([c.pcm for c in _run(cv_engine, seed=s, max_frames=12)[0]]) for s in seeds
+    }
     results: dict[int, np.ndarray] = {}
     firsts: dict[int, float] = {}
     lasts: dict[int, float] = {}
@@ -120,7 +124,9 @@ def test_concurrent_streams_interleave_and_match_sequential(cv_engine: Engine) -
 
 
 def test_cancel_stops_within_one_frame(cv_engine: Engine) -> None:
-    stream = cv_engine.synthesize({"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1})
+    stream = cv_engine.synthesize(
+        {"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1}
+    )
     first = next(stream)
     assert first.frames == 1
     stream.cancel()
@@ -153,7 +159,12 @@ def test_timing_record_is_complete(cv_engine: Engine) -> None:
     assert timing.frames == 10 and timing.chunks == len(chunks)
     assert timing.audio_s == pytest.approx(10 * 0.08)
     assert 0 < timing.ttfa_ms <= timing.total_ms
-    assert timing.prefill_ms > 0 and timing.talker_ms > 0 and timing.code_predictor_ms > 0 and timing.codec_ms > 0
+    assert (
+        timing.prefill_ms > 0
+        and timing.talker_ms > 0
+        and timing.code_predictor_ms > 0
+        and timing.codec_ms > 0
+    )
     assert timing.rtf == pytest.approx(timing.total_ms / 1000 / timing.audio_s)
     assert timing.extra["seed"] == 2
     assert timing.stalls >= 0 and timing.finish_reason == "max_frames"
@@ -179,7 +190,9 @@ def test_model_level_errors_name_the_field(cv_engine: Engine, request_: dict, fi
 def test_base_model_clones_from_reference_audio(base_engine: Engine) -> None:
     ref = _ref_audio_b64()
     for extra in ({"ref_text": "This is my voice."}, {"x_vector_only": True}, {}):
-        stream = base_engine.synthesize({"text": "Hello", "ref_audio": ref, "greedy": True, "max_frames": 4, **extra})
+        stream = base_engine.synthesize(
+            {"text": "Hello", "ref_audio": ref, "greedy": True, "max_frames": 4, **extra}
+        )
         chunks = list(stream)
         assert sum(c.frames for c in chunks) == 4
         assert stream.timing.voice_ms > 0
@@ -201,7 +214,11 @@ def test_bad_reference_audio_names_the_field(base_engine: Engine) -> None:
 def test_voice_design_needs_and_uses_instruct(tiny_model_dir: Factory) -> None:
     engine = Engine.load(EngineConfig(model=str(tiny_model_dir("voice_design")), device="cpu", warmup=False))
     try:
-        chunks = list(engine.synthesize({"text": "Hello", "instruct": "A warm low voice.", "greedy": True, "max_frames": 3}))
+        chunks = list(
+            engine.synthesize(
+                {"text": "Hello", "instruct": "A warm low voice.", "greedy": True, "max_frames": 3}
+            )
+        )
         assert sum(c.frames for c in chunks) == 3
     finally:
         engine.close()

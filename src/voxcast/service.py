@@ -189,7 +189,11 @@ class Service:
     def load(cls, config: ServiceConfig) -> Service:
         """Open the store, load and warm the engine (in that order: a bad store fails fast)."""
         store = open_store(config.storage)
-        engine = Engine.load(config.engine)
+        return cls.assemble(config, Engine.load(config.engine), store)
+
+    @classmethod
+    def assemble(cls, config: ServiceConfig, engine: Engine, store: BlobStore) -> Service:
+        """Build the voice registry and the audio cache around a loaded engine and an open store."""
         speakers = tuple(engine.model.speakers) if engine.model_type == "custom_voice" else ()
         voices: VoiceRegistry[VoicePrompt] = VoiceRegistry(
             store,

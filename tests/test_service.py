@@ -1,0 +1,142 @@
+"""The service flow on both storage backends: encoding, storing, cache hits, voices, failures."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voxcast.audio.encode import stream_to_file
+from voxcast.audio.formats import AudioFormat
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.errors import InvalidRequest, VoiceNotFound
+from voxcast.service import Service, ServiceConfig
+from voxcast.storage.base import BlobStore
+
+Factory = Callable[[str], Path]
+
+
+@pytest.fixture(scope="module")
+def cv_engine(tiny_model_dir: Factory) -> Iterator[Engine]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def base_engine(tiny_model_dir: Factory) -> Iterator[Engine]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("base")), device="cpu", warmup=False))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def service(cv_engine: Engine, blob_store: BlobStore) -> Service:
+    return Service.assemble(ServiceConfig(), cv_engine, blob_store)
+
+
+def _collect(service: Service, **req: object) -> tuple[bytes, object]:
+    stream = service.synthesize({"text": "Hello there.", "voice": "ryan", **req})
+    data = b"".join(c.data for c in stream)
+    return data, stream.result
+
+
+def test_wav_stream_is_stored_and_cached(service: Service) -> None:
+    data, result = _collect(service, seed=4, max_frames=6)
+    assert result.timing.cache_hit is False and result.audio_key
+    stored = service.store.get_bytes(result.audio_key)
+    assert stored == stream_to_file(AudioFormat.WAV, 24000, data)
+    pcm, sr = sf.read(io.BytesIO(stored), dtype="float32")
+    assert sr == 24000 and len(pcm) == 6 * 1920
+
+    again, hit = _collect(service, seed=4, max_frames=6)
+    assert hit.timing.cache_hit and hit.audio_key == result.audio_key
+    assert again == stored  # a hit streams the complete file
+    assert hit.timing.ttfa_ms < result.timing.ttfa_ms or hit.timing.ttfa_ms < 50
+
+
+@pytest.mark.parametrize("fmt", ["mulaw", "alaw", "pcm"])
+def test_raw_formats_stream_raw_bytes_on_miss_and_hit(service: Service, fmt: str) -> None:
+    miss, r1 = _collect(service, greedy=True, max_frames=5, response_format=fmt, sample_rate=8000)
+    hit, r2 = _collect(service, greedy=True, max_frames=5, response_format=fmt, sample_rate=8000)
+    assert r2.timing.cache_hit and not r1.timing.cache_hit
+    assert miss == hit
+    width = 2 if fmt == "pcm" else 1
+    assert abs(len(miss) / width - 5 * 0.08 * 8000) < 8000 * 0.01
+
+
+def test_unseeded_requests_are_not_cached(service: Service) -> None:
+    _, r1 = _collect(service, max_frames=3)
+    _, r2 = _collect(service, max_frames=3)
+    assert not r1.timing.cache_hit and not r2.timing.cache_hit
+    assert r1.audio_key != r2.audio_key and r1.audio_key.startswith("renders/")
+
+
+def test_cache_off_per_request(service: Service) -> None:
+    _collect(service, seed=9, max_frames=3)
+    _, result = _collect(service, seed=9, max_frames=3, cache=False)
+    assert not result.timing.cache_hit
+
+
+def test_flac_arrives_whole_at_the_end(service: Service) -> None:
+    stream = service.synthesize(
+        {"text": "Hi", "voice": "ryan", "seed": 1, "max_frames": 4, "response_format": "flac"}
+    )
+    chunks = list(stream)
+    assert len(chunks) == 1
+    pcm, sr = sf.read(io.BytesIO(chunks[0].data))
+    assert sr == 24000 and len(pcm) == 4 * 1920
+
+
+def test_unknown_speaker_is_a_field_error(service: Service) -> None:
+    with pytest.raises(VoiceNotFound) as info:
+        list(service.synthesize({"text": "Hi", "voice": "nobody"}))
+    assert info.value.field == "voice"
+
+
+def _ref_audio() -> bytes:
+    t = np.arange(48000) / 24000
+    buf = io.BytesIO()
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 180 * t), 24000, format="WAV")
+    return buf.getvalue()
+
+
+def test_registered_voice_by_id_and_inline_reference(base_engine: Engine, blob_store: BlobStore) -> None:
+    service = Service.assemble(ServiceConfig(), base_engine, blob_store)
+    ref = _ref_audio()
+    vid = service.register_voice(ref, ref_text="A short reference.")
+    assert vid == service.register_voice(ref, ref_text="A short reference.")
+    data, result = _collect(service, voice=vid, greedy=True, max_frames=4)
+    assert result.voice_id == vid and len(data) > 0
+    inline = base64.b64encode(ref).decode()
+    _, r2 = _collect(
+        service, voice=None, ref_audio=inline, ref_text="A short reference.", greedy=True, max_frames=4
+    )
+    assert r2.voice_id == vid
+    assert r2.timing.cache_hit  # same voice, same request: served from the cache
+    with pytest.raises(VoiceNotFound):
+        list(service.synthesize({"text": "Hi", "voice": "vx_" + "0" * 32}))
+
+
+def test_clone_on_custom_voice_is_refused(service: Service) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        list(service.synthesize({"text": "Hi", "ref_audio": base64.b64encode(_ref_audio()).decode()}))
+    assert info.value.field == "ref_audio"
+
+
+def test_storage_outage_never_fails_synthesis(cv_engine: Engine, s3_server, s3_store: BlobStore) -> None:
+    service = Service.assemble(ServiceConfig(), cv_engine, s3_store)
+    s3_server.stop()
+    try:
+        data, result = _collect(service, seed=77, max_frames=4)
+    finally:
+        s3_server.start()
+    assert len(data) > 0
+    assert result.audio_key is None and result.cache_error
+    assert not result.timing.cache_hit
