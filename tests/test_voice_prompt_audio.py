@@ -79,6 +79,8 @@ def test_resampled_length_is_ceil() -> None:
     for sr, n in ((44100, 44100 * 2 + 7), (16000, 16000 * 2 + 1), (48000, 48000 * 2 + 1)):
         out = prepare_reference_audio(np.full(n, 0.1, dtype=np.float32), sr)
         assert out.shape[0] == -(-n * SAMPLE_RATE // sr)
+    # as librosa: the float quotient's ceil, one more than the exact 40800 here
+    assert prepare_reference_audio(np.full(74970, 0.1, dtype=np.float32), 44100).shape[0] == 40801
 
 
 def _err(data: object) -> InvalidRequest:

@@ -2,7 +2,7 @@
 
 Any container libsndfile reads (WAV, FLAC, OGG/Vorbis, OGG/Opus, MP3, AIFF, ...) is accepted.
 Channels are averaged (as the official wrapper does). Other rates are resampled with soxr at
-"HQ" quality and the length fixed to ``ceil(n * 24000 / sr)``: this is exactly what the official
+"HQ" quality and the length fixed to ``ceil(n * (24000 / sr))`` (float quotient): this is exactly what the official
 wrapper's ``librosa.resample`` does by default (``res_type="soxr_hq"``, ``fix=True``), so reference
 codes and x-vectors match the official ones for any input rate, not only 24 kHz.
 
@@ -78,7 +78,9 @@ def _resample(wav: np.ndarray, sr: int) -> np.ndarray:
     """Resample mono float32 audio to 24 kHz as ``librosa.resample(res_type="soxr_hq")``."""
     if sr == SAMPLE_RATE:
         return wav
-    n_out = math.ceil(wav.shape[0] * SAMPLE_RATE / sr)
+    # librosa computes ceil(n * (target / orig)) in floating point, which can exceed the exact
+    # ceil by one (e.g. 74970 samples at 44.1 kHz -> 40801); do the same for identical codes.
+    n_out = math.ceil(wav.shape[0] * (float(SAMPLE_RATE) / sr))
     out = soxr.resample(wav, sr, SAMPLE_RATE, quality="HQ")
     if out.shape[0] > n_out:
         out = out[:n_out]
