@@ -123,7 +123,7 @@ def test_two_streams_are_independent(custom_voice: Qwen3TTS) -> None:
 def test_bfloat16_runs(tiny_model_dir: Any) -> None:
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), dtype=torch.bfloat16)
     assert model.talker.codec_head.weight.dtype == torch.bfloat16
-    codes, gen = _run(model, SamplingParams(seed=2), 5)
+    codes, _ = _run(model, SamplingParams(seed=2), 5)
     assert codes.shape == (5, 16)
     pcm = model.new_decoder(None).decode(codes)
     assert pcm.shape == (5 * 1920,)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 from voxcast.errors import CheckpointError
@@ -168,7 +168,7 @@ def _read_tensors(files: tuple[Path, ...], device: torch.device, dtype: torch.dt
                 for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
                     t = f.get_tensor(key)
                     out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
-        except (OSError, RuntimeError, ValueError) as e:
+        except (OSError, RuntimeError, ValueError, SafetensorError) as e:
             raise CheckpointError(f"{path}: cannot read weights: {e}") from e
     return out
 
