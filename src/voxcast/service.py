@@ -14,6 +14,7 @@ are reported in ``result.cache_error``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -199,7 +200,7 @@ class Service:
             store,
             engine.identity,
             engine.create_voice,
-            VoicePrompt.from_bytes,
+            functools.partial(VoicePrompt.from_bytes, expected_identity=engine.identity),
             speakers=speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
         )
@@ -229,7 +230,9 @@ class Service:
                         f"unknown speaker {req.voice!r}; this model has {list(self.engine.model.speakers)}",
                         field="voice",
                     )
-                return self.voices.get(req.voice), req.voice, req.voice
+                prompt, lru_hit = self.voices.lookup(req.voice)
+                timing.voice_cache_hit = lru_hit
+                return prompt, req.voice, req.voice
             audio = req.ref_audio_bytes()
             if audio is not None:
                 if self.engine.model_type != "base":
@@ -237,8 +240,11 @@ class Service:
                         f"voice cloning needs a Base model; this one is {self.engine.model_type}",
                         field="ref_audio",
                     )
-                vid = self.voices.register(audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only)
-                return self.voices.get(vid), vid, vid
+                reg = self.voices.ensure(audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only)
+                timing.voice_cache_hit = reg.cache_hit
+                if reg.storage_error is not None:  # the prompt is usable; only persisting it failed
+                    timing.extra["voice_storage_error"] = str(reg.storage_error)
+                return reg.prompt, reg.voice_id, reg.voice_id
             return None, "", None
         finally:
             timing.voice_ms = (time.perf_counter() - t0) * 1000
