@@ -149,3 +149,16 @@ def test_random_tokenizer_is_deterministic_and_loads_strictly(tmp_path: Path, to
             "preprocessor_config.json",
         }
     load_codec_decoder(again)  # strict load
+
+
+def test_codebook_tables_follow_weight_changes(tokenizer_dir: Path) -> None:
+    dec = load_codec_decoder(tokenizer_dir)
+    codes = _codes(6, 10)
+    before = dec.decode_offline(codes)
+    fresh = load_codec_decoder(tokenizer_dir)
+    with torch.no_grad():
+        for m in (dec, fresh):
+            m.quantizer.rvq_first.vq.layers[0]._codebook.embedding_sum.mul_(3.0)
+    after = dec.decode_offline(codes)
+    assert np.abs(after - before).max() > 1e-4
+    assert np.array_equal(after, fresh.decode_offline(codes))

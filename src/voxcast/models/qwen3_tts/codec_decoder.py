@@ -225,9 +225,14 @@ class _Codebook(nn.Module):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self._table: tuple[tuple[int, ...], Tensor] | None = None
 
-    def table(self) -> Tensor:  # [size, dim]
-        return self.embedding_sum / self.cluster_usage.clamp(min=1e-5)[:, None]
+    def table(self) -> Tensor:  # [size, dim], recomputed only when the weights change
+        e, u = self.embedding_sum, self.cluster_usage
+        key = (e._version, u._version, e.data_ptr(), u.data_ptr())
+        if self._table is None or self._table[0] != key:
+            self._table = (key, (e / u.clamp(min=1e-5)[:, None]).detach())
+        return self._table[1]
 
 
 class _VQ(nn.Module):
