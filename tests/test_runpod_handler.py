@@ -215,3 +215,47 @@ def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any)
     cancel_ms = (tap.t_cancel - tap.t_first_next) * 1000
     assert sum(t > cancel_ms + 1.0 for t in tap.t_ms) <= 1
     assert result.audio_key is None  # a cancelled rendering is not stored
+
+
+def test_chunks_are_mirrored_to_a_redis_stream_keyed_by_job_id(service: Any, redis_client: Any) -> None:
+    from voxcast.serving.redis_stream import EntryType, read_all
+    from voxcast.serving.runpod_redis import mirror_key
+
+    handler = RunpodHandler(service, RunpodConfig(), redis_client)
+    msgs = _run(handler, {"text": TEXT, "voice": "ryan", "max_frames": 4, "chunk_frames": 1}, "rp-job-7")
+    entries = read_all(redis_client, mirror_key("rp-job-7"))
+    types = [e.type for e in entries]
+    assert types[0] == EntryType.START and types[-1] == EntryType.EOS
+    chunks = [e for e in entries if e.type == EntryType.CHUNK]
+    assert [e.seq for e in chunks] == list(range(len(chunks))) and len(chunks) == len(msgs) - 1
+    assert b"".join(e.audio for e in chunks) == _audio(msgs)
+    assert entries[-1].info["audio_key"] == msgs[-1]["audio_key"]
+    assert entries[0].info["job_id"] == "rp-job-7"
+    assert 0 < redis_client.ttl(mirror_key("rp-job-7")) <= 3600
+
+
+def test_a_bad_request_is_not_mirrored_but_a_cancelled_one_ends_its_stream(
+    service: Any, redis_client: Any
+) -> None:
+    from voxcast.serving.redis_stream import EntryType, read_all
+    from voxcast.serving.runpod_redis import mirror_key
+
+    handler = RunpodHandler(service, RunpodConfig(), redis_client)
+    assert "error" in _run(handler, {"text": ""}, "rp-bad")[0]
+    assert read_all(redis_client, mirror_key("rp-bad")) == []
+
+    async def cancel_after_first() -> None:
+        agen = handler.handle(
+            {"id": "rp-cancel", "input": {"text": TEXT * 4, "voice": "ryan", "chunk_frames": 1}}
+        )
+        await agen.__anext__()
+        await agen.aclose()  # the consumer goes away (same path as a cancelled task)
+
+    asyncio.run(cancel_after_first())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        entries = read_all(redis_client, mirror_key("rp-cancel"))
+        if entries and entries[-1].terminal:
+            break
+        time.sleep(0.02)
+    assert entries[-1].type == EntryType.CANCELLED

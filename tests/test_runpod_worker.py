@@ -37,6 +37,7 @@ def _worker_env(model: Path, store: Path, **extra: str) -> dict[str, str]:
         "VOXCAST_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "RUNPOD_LOG_LEVEL": "INFO",
+        "HF_HUB_OFFLINE": "1",
         **extra,
     }
 
@@ -150,7 +151,7 @@ def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_pat
     finally:
         proc.terminate()
         try:
-            proc.wait(10)
+            proc.wait(3)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)

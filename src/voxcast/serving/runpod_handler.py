@@ -158,7 +158,7 @@ class RunpodHandler:
         return parse_request(data)
 
     async def _synthesize(self, job_id: str, data: Any) -> AsyncIterator[dict[str, Any]]:
-        t0 = time.perf_counter()
+        t0, started_unix = time.perf_counter(), time.time()
         request = self._parse(job_id, data)
         stream = await asyncio.to_thread(self.service.synthesize, request, store=True)
         mirror = await self._open_mirror(job_id, request)
@@ -168,7 +168,7 @@ class RunpodHandler:
             on_item=mirror.chunk if mirror else None,
             name=f"voxcast-job-{job_id}"[:60],
         ).start()
-        seq, kept, size = 0, [], 0
+        seq, kept, size, first_ms = 0, [], 0, None
         try:
             async for chunk in pump:
                 size += len(chunk.data)
@@ -179,21 +179,27 @@ class RunpodHandler:
                         kept.clear()
                     continue
                 for message in self._chunk_messages(chunk, seq):
-                    if seq == 0:
-                        log.info(
-                            "job %s: first message after %.1f ms", job_id, (time.perf_counter() - t0) * 1e3
-                        )
+                    if first_ms is None:
+                        first_ms = (time.perf_counter() - t0) * 1000
+                        log.info("job %s: first message after %.1f ms", job_id, first_ms)
                     seq += 1
+                    message["ts"] = round(time.time(), 6)
                     yield message
             if stream.result is None:
                 raise VoxcastError("the synthesis stream ended without a result")
             result = stream.result.to_dict()
+            result["t0_unix"] = _origin_unix(stream, pump)
             if mirror:
                 await asyncio.to_thread(mirror.eos, result)
-            result["t0_unix"] = _origin_unix(stream, pump)
+            total_ms = (time.perf_counter() - t0) * 1000
+            result["handler"] = {
+                "started_unix": round(started_unix, 6),
+                "first_message_ms": first_ms,
+                "total_ms": total_ms,
+            }
             fmt, rate = request.response_format, request.sample_rate
             inline = stream_to_file(fmt, rate, b"".join(kept)) if kept else None
-            log.info("job %s: done, %d messages, %.1f ms", job_id, seq, (time.perf_counter() - t0) * 1e3)
+            log.info("job %s: done, %d messages, %.1f ms", job_id, seq, total_ms)
             yield final_message(
                 result, seq=seq, messages=seq, inline_audio=inline, inline_content_type=file_content_type(fmt)
             )

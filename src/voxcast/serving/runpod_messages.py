@@ -2,15 +2,18 @@
 
 Chunk protocol (one message per ``yield``; every value JSON-able, nothing binary):
 
-``{"seq": 0, "audio": "<base64>", "format": "wav", "sample_rate": 24000, "t_ms": 212.4, "frames": 1}``
+``{"seq": 0, "audio": "<base64>", "format": "wav", "sample_rate": 24000, "t_ms": 212.4, "frames": 1,
+"ts": 1767225600.123456}``
     ``seq`` counts messages from 0 without gaps; ``audio`` is a piece of the file in the requested
     format (the first WAV piece carries a streaming header), so base64-decoding and concatenating
     every ``audio`` in ``seq`` order gives the complete file; ``t_ms`` is when the engine emitted the
     chunk, in ms from the start of the request; ``frames`` the codec frames it holds (80 ms each;
-    0 on the extra pieces of a chunk that was split to respect the size bound).
+    0 on the extra pieces of a chunk that was split to respect the size bound); ``ts`` the worker's
+    wall clock (Unix s) when the message was yielded.
 ``{"done": true, "seq": N, "audio_key": ..., "audio_url": ..., "timing": {...}, ...}``
     the last message: the synthesis result (request id, format, sample rate, content type, blob key
-    and URL of the complete file, bytes, duration, timing, ``messages`` = chunk messages sent), and
+    and URL of the complete file, bytes, duration, timing, ``messages`` = chunk messages sent,
+    ``t0_unix`` = wall clock of the ``t_ms`` origin, ``handler`` = the adapter's own timing), and
     for small non-streaming requests the whole file as base64 ``audio``.
 ``{"error": {"code": "invalid_request", "message": "...", "field": "text"}}``
     ends the job as FAILED.
