@@ -194,7 +194,11 @@ class Qwen3TTS:
         Raises:
             InvalidRequest: the request does not fit this model (field names the input at fault).
         """
-        if voice is not None and voice.model_identity not in ("", self.identity):
+        if (
+            self.model_type == "base"
+            and voice is not None
+            and voice.model_identity not in ("", self.identity)
+        ):
             raise InvalidRequest("this voice was made by another model; recreate it", field="voice")
         return self._prompts.build(
             text,
