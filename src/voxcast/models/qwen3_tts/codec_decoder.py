@@ -23,7 +23,7 @@ import logging
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -259,7 +259,8 @@ class _RVQ(nn.Module):
     def decode(self, codes: Tensor) -> Tensor:  # codes: [B, n, T] -> [B, out, T]
         q: Tensor | float = 0.0
         for i, layer in enumerate(self.vq.layers):
-            q = q + F.embedding(codes[:, i], layer._codebook.table()).transpose(1, 2)
+            table = cast(_Codebook, layer._codebook).table()
+            q = q + F.embedding(codes[:, i], table).transpose(1, 2)
         assert isinstance(q, Tensor)
         return self.output_proj(q)
 
@@ -372,6 +373,8 @@ class TransformerLayer(nn.Module):
 class Transformer(nn.Module):
     """latent -> hidden, layers with RoPE (absolute frame positions), norm, hidden -> latent."""
 
+    inv_freq: Tensor
+
     def __init__(self, cfg: CodecDecoderConfig):
         super().__init__()
         self.layers = nn.ModuleList([TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers)])
@@ -436,8 +439,8 @@ class CodecDecoder(nn.Module):
         h = self.quantizer.decode(codes.transpose(1, 2))  # [B, codebook_dim, T]
         h = self.pre_conv(h, st).transpose(1, 2)  # [B, T, latent]
         h = self.pre_transformer(h, st).permute(0, 2, 1)  # [B, latent, T]
-        for trans, block in self.upsample:  # type: ignore[misc]
-            h = block(trans(h, st), st)
+        for pair in self.upsample:  # [CausalTransConv, ConvNeXtBlock]
+            h = pair[1](pair[0](h, st), st)  # type: ignore[index]
         for layer in self.decoder:
             h = layer(h) if isinstance(layer, SnakeBeta) else layer(h, st)
         return h.clamp(min=-1.0, max=1.0).squeeze(1)

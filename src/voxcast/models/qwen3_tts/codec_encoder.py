@@ -51,9 +51,8 @@ def build_mimi_encoder(encoder_config: dict[str, Any]) -> MimiModel:
         encoder_config: the ``encoder_config`` dict of the speech tokenizer's ``config.json``.
     """
     model = MimiModel(MimiConfig(**encoder_config))
-    model.upsample = None
-    model.decoder_transformer = None
-    model.decoder = None
+    for name in ("upsample", "decoder_transformer", "decoder"):
+        setattr(model, name, None)
     return model
 
 
@@ -115,7 +114,7 @@ def load_codec_encoder(
     mimi.load_state_dict(state, strict=True)
     logger.info("codec encoder loaded from %s (%d tensors)", d, len(state))
     valid = int(cfg.get("encoder_valid_num_quantizers", VALID_QUANTIZERS))
-    return CodecEncoder(mimi.to(device=device, dtype=dtype), valid)
+    return CodecEncoder(mimi.to(device=device, dtype=dtype), valid)  # type: ignore[call-arg]
 
 
 # --------------------------------------------------------------------------- random checkpoints

@@ -51,7 +51,8 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
 def mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float) -> np.ndarray:
     """Slaney mel filterbank with Slaney area normalisation, float32 [n_mels, n_fft // 2 + 1]."""
     fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
-    edges = _mel_to_hz(np.linspace(*_hz_to_mel(np.array([fmin, fmax], dtype=np.float64)), n_mels + 2))
+    lo, hi = _hz_to_mel(np.array([fmin, fmax], dtype=np.float64))
+    edges = _mel_to_hz(np.linspace(lo, hi, n_mels + 2))
     widths = np.diff(edges)
     ramps = np.subtract.outer(edges, fft_freqs)  # [n_mels + 2, bins]
     weights = np.zeros((n_mels, fft_freqs.shape[0]), dtype=np.float32)

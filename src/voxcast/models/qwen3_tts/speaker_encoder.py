@@ -45,7 +45,7 @@ class SpeakerEncoderConfig:
     def from_dict(cls, d: dict[str, Any]) -> SpeakerEncoderConfig:
         """Build from a parsed dict (missing keys take the official defaults, unknown are ignored)."""
         known = {f.name for f in fields(cls)}
-        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
+        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
         cfg = cls(**kw)
         if not len(cfg.enc_channels) == len(cfg.enc_kernel_sizes) == len(cfg.enc_dilations):
             raise ValueError("enc_channels, enc_kernel_sizes and enc_dilations differ in length")
