@@ -21,6 +21,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -31,6 +32,9 @@ from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.talker import Talker, rope_inv_freq
 from voxcast.models.qwen3_tts.tokenizer import TOKENIZER_FILES
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder
 
 __all__ = [
     "CheckpointFiles",
@@ -145,7 +149,7 @@ class Qwen3TTSNet(nn.Module):
         super().__init__()
         t = config.talker
         self.talker = Talker(t, CodePredictor(t.code_predictor, t.hidden_size))
-        self.speaker_encoder: nn.Module | None = None
+        self.speaker_encoder: SpeakerEncoder | None = None
         if config.speaker_encoder is not None:
             from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 

@@ -51,6 +51,8 @@ class CodePredictorBackbone(nn.Module):
 class CodePredictor(nn.Module):
     """``talker.code_predictor``."""
 
+    inv_freq: Tensor
+
     def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
         super().__init__()
         self.cfg = cfg
@@ -73,7 +75,7 @@ class CodePredictor(nn.Module):
     def new_cache(self, *, batch: int = 1) -> list[KVCache]:
         """A per-layer cache for one frame (``num_code_groups`` positions); reusable across frames."""
         c = self.cfg
-        w = self.lm_head[0].weight
+        w = self.model.norm.weight
         return [
             KVCache(
                 batch, c.num_key_value_heads, c.num_code_groups, c.head_dim, dtype=w.dtype, device=w.device

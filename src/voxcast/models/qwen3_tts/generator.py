@@ -96,12 +96,14 @@ class FrameGenerator:
         if self._code0 is None:
             self.prefill()
         if self.frames >= self.max_frames:
-            return self._finish("max_frames")
+            self._finish("max_frames")
+            return None
         if self._pending is not None:
             self._talker_step()
         assert self._code0 is not None and self._hidden is not None
         if bool((self._code0 == self._eos).item()):  # the one host sync per frame
-            return self._finish("eos")
+            self._finish("eos")
+            return None
         t0 = time.perf_counter()
         cp = self.talker.code_predictor
         code0_embed = self.talker.codec_embed(self._code0[:, None])  # [1, 1, H]
@@ -129,4 +131,3 @@ class FrameGenerator:
         self.finish_reason = reason
         self._cache = []
         logger.debug("generation finished: %s after %d frames", reason, self.frames)
-        return None

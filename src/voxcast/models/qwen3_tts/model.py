@@ -28,6 +28,7 @@ import torch
 from voxcast.engine.request import SamplingParams
 from voxcast.errors import InvalidRequest
 from voxcast.models.qwen3_tts.checkpoint import (
+    Qwen3TTSNet,
     checkpoint_identity,
     load_network,
     locate_checkpoint,
@@ -41,6 +42,8 @@ from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder
+    from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder
     from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 
 __all__ = ["Qwen3TTS"]
@@ -72,10 +75,10 @@ class Qwen3TTS:
         self,
         *,
         config: Qwen3TTSConfig,
-        net: torch.nn.Module,
+        net: Qwen3TTSNet,
         tokenizer: TextTokenizer,
-        codec_decoder: torch.nn.Module,
-        codec_encoder: object | None,
+        codec_decoder: CodecDecoder,
+        codec_encoder: CodecEncoder | None,
         identity: str,
         device: torch.device,
         dtype: torch.dtype,
@@ -170,7 +173,7 @@ class Qwen3TTS:
             self.net.speaker_encoder,
             self.codec_encoder,
             wav,
-            ref_text,  # type: ignore[arg-type]
+            ref_text,
             x_vector_only=x_vector_only,
             model_identity=self.identity,
             tokenize=self._ref_text_ids,
@@ -220,10 +223,10 @@ class Qwen3TTS:
     def new_decoder(self, voice: VoicePrompt | None = None) -> StreamingDecoder:
         """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice)."""
         if voice is None or voice.ref_codes is None:
-            return self.codec_decoder.new_stream()  # type: ignore[operator,no-any-return]
+            return self.codec_decoder.new_stream()
         hit = self._primed.get(id(voice))
         if hit is None or hit[0] is not voice:
-            primed = self.codec_decoder.new_stream(prime_codes=voice.ref_codes)  # type: ignore[operator]
+            primed = self.codec_decoder.new_stream(prime_codes=voice.ref_codes)
             hit = (voice, primed)
             self._primed[id(voice)] = hit
             while len(self._primed) > PRIMED_DECODERS:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -305,7 +305,7 @@ class PromptBuilder:
         return text + codec, pad
 
     @staticmethod
-    def _remember(cache: OrderedDict, key: object, value: object) -> None:  # type: ignore[type-arg]
+    def _remember(cache: OrderedDict[Any, Any], key: object, value: object) -> None:
         cache[key] = value
         cache.move_to_end(key)
         while len(cache) > PREFIX_CACHE_SIZE:

@@ -13,11 +13,16 @@ interleaving is still replayed so that every cos/sin value comes out of the same
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import TalkerConfig
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 
 __all__ = [
     "Attention",
@@ -236,7 +241,9 @@ class TalkerBackbone(nn.Module):
 class Talker(nn.Module):
     """``talker``: the backbone, ``text_projection``, ``codec_head`` and the ``code_predictor``."""
 
-    def __init__(self, cfg: TalkerConfig, code_predictor: nn.Module) -> None:
+    inv_freq: Tensor
+
+    def __init__(self, cfg: TalkerConfig, code_predictor: CodePredictor) -> None:
         super().__init__()
         self.cfg = cfg
         self.model = TalkerBackbone(cfg)
