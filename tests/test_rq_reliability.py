@@ -1,0 +1,272 @@
+"""Reliability of the RQ side end to end: real redis-server, real worker subprocesses (``python worker.py``)
+serving the tiny random-weight model, local blob store in a temp dir.
+
+Short recovery settings are passed as flags (``--worker-ttl 16 --maintenance-interval 2
+--job-heartbeat-ttl 4``) so a dead worker's job is handled in seconds instead of the production ~60 s;
+the production bound is checked in test_rq_config.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import soundfile as sf
+from rq import Queue, Worker
+from rq.job import Retry
+
+from tests.fixtures.redis import RedisServer
+from voxcast.serving.client import JobFailed, QueueClient, StreamCapture
+from voxcast.serving.redis_stream import EntryType, read_all, stream_key
+from voxcast.serving.rq_config import QueueConfig
+from voxcast.serving.rq_jobs import SYNTHESIZE
+
+REPO = Path(__file__).resolve().parents[1]
+QUEUE = "vx-rel"
+CFG = QueueConfig(queues=(QUEUE,), retries=0)
+LONG = {"text": "This sentence is long enough to keep the tiny model busy for a while.", "voice": "vivian"}
+
+pytestmark = pytest.mark.slow
+
+
+class WorkerProcess:
+    """``python worker.py`` with test-friendly recovery settings; log kept in ``log``."""
+
+    def __init__(self, redis_url: str, model: Path, storage: Path, log: Path) -> None:
+        self.log = log
+        self.name = f"{log.stem}-{uuid.uuid4().hex[:8]}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "VOXCAST_MODEL": str(model),
+            "VOXCAST_STORAGE_DIR": str(storage),
+            "VOXCAST_JOB_HEARTBEAT_INTERVAL_S": "0.5",
+            "VOXCAST_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = [
+            sys.executable, str(REPO / "worker.py"),
+            "--queues", QUEUE, "--redis-url", redis_url, "--name", self.name,
+            "--worker-ttl", "16", "--maintenance-interval", "2", "--job-heartbeat-ttl", "4",
+        ]  # fmt: skip
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, client: redis.Redis, timeout_s: float = 120.0) -> None:
+        """Until this worker is registered (it registers only after loading and warming the model)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
+            workers = Worker.all(connection=client, queue=Queue(QUEUE, connection=client))
+            if any(w.pid == self.proc.pid for w in workers):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.tail()}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+@pytest.fixture
+def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: str) -> Iterator[dict]:
+    """Model, storage and a factory of worker processes (all stopped at the end)."""
+    model = tiny_model_dir("custom_voice")
+    workers: list[WorkerProcess] = []
+
+    def start() -> WorkerProcess:
+        w = WorkerProcess(redis_url, model, tmp_path / "store", tmp_path / f"worker{len(workers)}.log")
+        workers.append(w)
+        return w
+
+    yield {"start": start, "client": QueueClient(redis_client, CFG), "store": tmp_path / "store"}
+    for w in workers:
+        w.stop()
+
+
+def wait_for_chunks(client: redis.Redis, job_id: str, n: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(e.type is EntryType.CHUNK for e in read_all(client, stream_key(job_id))) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id}: fewer than {n} chunks after {timeout_s} s")
+
+
+def stored_objects(store: Path) -> list[Path]:
+    return [p for p in store.rglob("*") if p.is_file() and ".tmp" not in p.parts]
+
+
+def owner(workers: list[WorkerProcess], client: redis.Redis, job_id: str) -> WorkerProcess:
+    """The worker process running ``job_id`` (from the ``start`` entry of its stream)."""
+    name = read_all(client, stream_key(job_id))[0].info["worker"]
+    return next(w for w in workers if w.name == name)
+
+
+def test_sigkilled_workers_job_is_failed_or_retried_and_leaves_no_object(env, redis_client) -> None:
+    client: QueueClient = env["client"]
+    workers = [env["start"]() for _ in range(3)]
+    for w in workers:
+        w.wait_ready(redis_client)
+    doomed = client.enqueue(
+        {**LONG, "max_frames": 200, "seed": 11}
+    )  # cacheable: would fill the cache at the end
+    wait_for_chunks(redis_client, doomed, 2)
+    first = owner(workers, redis_client, doomed)
+    first.kill()
+    t_kill = time.monotonic()
+    with pytest.raises(JobFailed) as e:  # an idle worker's maintenance finds the expired lease
+        client.wait(doomed, timeout_s=90)
+    failed_s = time.monotonic() - t_kill
+    assert failed_s < 90 and "AbandonedJobError" in (e.value.exc or "")
+    last = read_all(redis_client, stream_key(doomed))[-1]
+    assert last.type is EntryType.ERROR and last.info["code"] == "worker_lost"
+
+    retried = client.enqueue({**LONG, "max_frames": 40}, retries=1)
+    wait_for_chunks(redis_client, retried, 2)
+    second = owner(workers, redis_client, retried)
+    second.kill()
+    t_kill = time.monotonic()
+    result = client.wait(retried, timeout_s=90)  # requeued by the last worker, which then runs it
+    retried_s = time.monotonic() - t_kill
+    assert result["status"] == "finished" and result["attempt"] == 2
+    cap = StreamCapture()
+    for entry in client.follow(retried, idle_timeout_s=10):
+        cap.add(entry)
+    assert cap.restarts == 1 and cap.status == "eos" and cap.gaps == 0
+    assert len(cap.audio) == result["bytes"]
+    # nothing of the killed renderings was published; the finished one is stored whole
+    objects = [p.relative_to(env["store"]).as_posix() for p in stored_objects(env["store"])]
+    assert not [o for o in objects if o.startswith("audio/")]  # the seeded (cacheable) job never filled
+    assert [o for o in objects if o.startswith("renders/")] == [f"renders/{retried}.wav"]
+    assert sum(w.alive for w in workers) == 1
+    print(
+        f"SIGKILL -> failed after {failed_s:.1f} s; SIGKILL -> retried and finished after {retried_s:.1f} s"
+    )
+
+
+def test_redis_restart_mid_stream(env, redis_client, redis_server: RedisServer) -> None:
+    client: QueueClient = env["client"]
+    w = env["start"]()
+    w.wait_ready(redis_client)
+    job_id = client.enqueue({**LONG, "max_frames": 80})
+    got: list = []
+    reader = threading.Thread(
+        target=lambda: got.extend(client.follow(job_id, idle_timeout_s=30, block_ms=200))
+    )
+    reader.start()
+    wait_for_chunks(redis_client, job_id, 2)
+    redis_server.restart()  # no persistence: queue, job hash and stream are gone
+    reader.join(timeout=60)
+    assert not reader.is_alive()
+    assert got[-1].type in (EntryType.EOS, EntryType.ERROR)  # the interrupted job ends explicitly
+    deadline = time.monotonic() + 30  # the job hash was lost too: RQ re-writes it when the job ends
+    while (status := client.status(job_id)["status"]) not in (
+        "finished",
+        "failed",
+    ) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert status in ("finished", "failed")
+    later = [
+        client.enqueue({"text": f"after the restart {i}", "voice": "vivian", "max_frames": 4})
+        for i in range(3)
+    ]
+    for job in later:
+        assert client.wait(job, timeout_s=60)["status"] == "finished"
+    assert w.alive
+    print(f"interrupted job: stream ended with {got[-1].type.value}, job {status}")
+
+
+def test_burst_of_100_jobs_none_lost_or_duplicated(env, redis_client) -> None:
+    client: QueueClient = env["client"]
+    workers = [env["start"](), env["start"]()]
+    for w in workers:
+        w.wait_ready(redis_client)
+    t0 = time.monotonic()
+    ids = [
+        client.enqueue(
+            {"text": f"Prompt number {i}.", "voice": "vivian", "max_frames": 2, "response_format": "pcm"}
+        )
+        for i in range(100)
+    ]
+    statuses = client.wait_all(ids, timeout_s=240)
+    elapsed = time.monotonic() - t0
+    assert set(statuses.values()) == {"finished"}, {
+        s: list(statuses.values()).count(s) for s in set(statuses.values())
+    }
+    seen_workers = set()
+    for job_id in ids:
+        entries = read_all(redis_client, stream_key(job_id))
+        assert [e.type for e in entries].count(EntryType.START) == 1
+        assert entries[-1].type is EntryType.EOS and entries[-1].info["job_id"] == job_id
+        assert client.job(job_id).meta["attempt"] == 1
+        seen_workers.add(entries[0].info["worker"])
+    assert len(seen_workers) == 2 and len(set(ids)) == 100
+    assert Queue(QUEUE, connection=redis_client).count == 0
+    print(f"100 jobs on 2 workers in {elapsed:.1f} s")
+
+
+def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, redis_client) -> None:
+    client: QueueClient = env["client"]
+    w = env["start"]()
+    q = client.queue()
+    bad = {
+        "not_allowed": q.enqueue("os.makedirs", str(env["store"] / "pwned")).id,
+        "pickled": Queue(QUEUE, connection=redis_client).enqueue(SYNTHESIZE, {"text": "x"}).id,
+        "bad_request": q.enqueue(SYNTHESIZE, {"text": "hi", "sample_rate": 12345}, retry=Retry(max=2)).id,
+        "unknown_voice": q.enqueue(SYNTHESIZE, {"text": "hi", "voice": "nobody"}).id,
+    }
+    good = client.enqueue({"text": "Thank you for calling.", "voice": "vivian", "max_frames": 12})
+    w.wait_ready(redis_client)
+    for name, job_id in bad.items():
+        with pytest.raises(JobFailed) as e:
+            client.wait(job_id, timeout_s=60)
+        assert e.value.status == "failed", name
+    assert not (env["store"] / "pwned").exists()
+    result = client.wait(good, timeout_s=60)
+
+    cap = StreamCapture()  # a late reader: the job finished before it started reading
+    for entry in client.follow(good, idle_timeout_s=10):
+        cap.add(entry)
+    assert cap.status == "eos" and cap.gaps == 0 and len(cap.chunks) == result["timing"]["chunks"]
+    with sf.SoundFile(io.BytesIO(cap.audio)) as f:  # streamed WAV: header + PCM, readable as is
+        assert f.samplerate == 24000 and f.read().shape[0] == round(result["duration_s"] * 24000)
+
+    long_job = client.enqueue({**LONG, "max_frames": 300})
+    wait_for_chunks(redis_client, long_job, 1)
+    t_cancel = time.monotonic()
+    client.cancel(long_job)
+    cancelled = client.wait(long_job, timeout_s=30)
+    stop_ms = (time.monotonic() - t_cancel) * 1000
+    entries = read_all(redis_client, stream_key(long_job))
+    assert cancelled["status"] == "cancelled" and entries[-1].type is EntryType.CANCELLED
+    assert sum(e.type is EntryType.CHUNK for e in entries) < 10
+    assert not [p for p in stored_objects(env["store"]) if long_job in p.name]
+    assert w.alive
+    print(f"cancel -> job ended in {stop_ms:.0f} ms")
