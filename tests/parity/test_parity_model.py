@@ -195,3 +195,23 @@ def test_stops_at_eos_like_official(eos_prone_model: Path, greedy: bool) -> None
             pass
         assert gen.finish_reason == "eos"
         assert gen.frames >= 2
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sampled"])
+def test_bfloat16(tiny_model_dir: Any, greedy: bool) -> None:
+    """Both implementations loaded in bfloat16 agree too (prefill and codes)."""
+    path = tiny_model_dir("custom_voice")
+    model = Qwen3TTS.from_pretrained(str(path), dtype=torch.bfloat16)
+    run = run_official(
+        load_official(path, torch.bfloat16),
+        TEXT,
+        greedy=greedy,
+        seed=4,
+        max_frames=FRAMES,
+        speaker="ryan",
+        language="English",
+    )
+    prompt = model.build_prompt(TEXT, speaker="ryan", language="english")
+    assert run.prefill is not None and run.prefill.dtype == torch.bfloat16
+    assert torch.equal(prompt.embeds, run.prefill)
+    assert torch.equal(_codes(model, prompt, seed=4, greedy=greedy, max_frames=FRAMES), run.codes)

@@ -1,0 +1,44 @@
+"""``voxcast make-test-model``: writes a loadable checkpoint; refuses bad arguments with exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from voxcast.models.qwen3_tts.model import Qwen3TTS
+from voxcast.serving import cli_testmodel
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_testmodel.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def test_writes_a_loadable_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "vd"
+    args = _parse(["make-test-model", "--kind", "voice_design", "--out", str(out), "--seed", "2"])
+    assert args.func(args) == 0
+    assert str(out) in capsys.readouterr().out
+    model = Qwen3TTS.from_pretrained(str(out))
+    assert model.model_type == "voice_design"
+
+
+def test_refuses_non_empty_folder_and_unreleased_shapes(tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("x")
+    args = _parse(["make-test-model", "--kind", "custom_voice", "--out", str(tmp_path)])
+    assert args.func(args) == 2
+    args = _parse(
+        ["make-test-model", "--kind", "voice_design", "--size", "0.6b", "--out", str(tmp_path / "n")]
+    )
+    assert args.func(args) == 2
+
+
+def test_environment_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VOXCAST_TESTMODEL_KIND", "base")
+    monkeypatch.setenv("VOXCAST_TESTMODEL_OUT", str(tmp_path / "b"))
+    monkeypatch.setenv("VOXCAST_TESTMODEL_SEED", "7")
+    args = _parse(["make-test-model"])
+    assert (args.kind, args.out, args.seed, args.size) == ("base", str(tmp_path / "b"), 7, "tiny")
