@@ -470,7 +470,10 @@ class CodecDecoder(nn.Module):
         """A stream with fresh state, optionally primed with reference codes (audio discarded).
 
         Priming costs one decode of the reference; call it once per voice and
-        :meth:`StreamingDecoder.clone` the result for every request.
+        :meth:`StreamingDecoder.clone` the result for every request. The stream then returns
+        exactly the generated frames' samples. (The official wrapper decodes ref ++ gen and drops
+        ``int(ref / total * total * 1920)`` samples: ``ref * 1920``, or one fewer where the float
+        quotient rounds down, leaving the reference's last sample in front of its clip.)
         """
         stream = StreamingDecoder(self, self._fresh_state())
         if prime_codes is not None and prime_codes.shape[0] > 0:
