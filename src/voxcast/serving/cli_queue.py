@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import redis
+
 from voxcast.errors import VoxcastError
 from voxcast.serving.redis_stream import EntryType, StreamEntry, StreamTimeout
 from voxcast.serving.rq_config import QueueConfig
@@ -147,9 +149,15 @@ def run_worker(args: argparse.Namespace) -> int:
         if getattr(args, flag, None):
             env[name] = getattr(args, flag)
     config = _config(args, env)
+    connection = connect(config)
+    try:
+        connection.ping()  # fail fast, before minutes of model loading
+    except redis.RedisError as e:
+        print(f"error: cannot reach Redis at {config.redis_url}: {e}", file=sys.stderr)
+        return 1
     worker = VoxcastWorker(
         list(config.queues),
-        connection=connect(config),
+        connection=connection,
         name=args.name,
         queue_config=config,
         service_config=ServiceConfig.from_env(env),
@@ -231,7 +239,7 @@ def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
         lat = (e.received_ts - e.ts) * 1000
         print(
             f"chunk {e.seq:4d}  at {at_ms:8.1f} ms  engine t {e.t_ms or 0:8.1f} ms  "
-            f"{len(e.audio):7d} B  {e.frames or 0:3d} frames  redis {lat:6.2f} ms",
+            f"{len(e.audio):7d} B  {e.frames or 0:3d} frames  since publish {lat:7.2f} ms",
             file=file,
         )
     elif e.type is EntryType.START:

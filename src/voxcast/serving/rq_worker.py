@@ -143,6 +143,7 @@ class VoxcastWorker(SimpleWorker):
         self._owns_service = service is None
         self._service_config = service_config
         self._last_renewal = 0.0
+        self._ready_ms = 0.0
         _apply_defaults(kwargs, self.queue_config)
         names = [q.name if isinstance(q, Queue) else str(q) for q in queues]
         super().__init__(names, *args, **kwargs)
@@ -155,28 +156,35 @@ class VoxcastWorker(SimpleWorker):
         return self._service
 
     def load_service(self) -> Service:
-        """Load and warm the service (once); logs load and warm-up time."""
+        """Load and warm the service (once), recording load and warm-up time."""
         if self._service is None:
             from voxcast.service import Service, ServiceConfig
 
             config = self._service_config or ServiceConfig.from_env(os.environ)
             t0 = time.perf_counter()
             self._service = Service.load(config)
-            engine = self._service.engine
-            log.info(
-                "worker %s: service ready in %.0f ms (load %.0f ms, warm-up %.0f ms, model %s)",
-                self.name,
-                (time.perf_counter() - t0) * 1000,
-                getattr(engine, "load_ms", 0.0),
-                getattr(engine, "warmup_ms", 0.0),
-                getattr(engine, "identity", "?"),
-            )
+            self._ready_ms = (time.perf_counter() - t0) * 1000
         return self._service
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
-        """Load the service, then run RQ's work loop."""
+        """Load the service, then run RQ's work loop (which registers the worker and dequeues)."""
         self.load_service()
         return super().work(*args, **kwargs)
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        """RQ's bootstrap (logging set up, worker registered), then one line on the loaded model."""
+        super().bootstrap(*args, **kwargs)
+        engine = self.service.engine
+        self.log.info(
+            "Worker %s: model ready in %.0f ms (load %.0f ms, warm-up %.0f ms): %s; lease %d s, maintenance every %d s",
+            self.name,
+            self._ready_ms,
+            getattr(engine, "load_ms", 0.0),
+            getattr(engine, "warmup_ms", 0.0),
+            getattr(engine, "identity", "?"),
+            self.queue_config.heartbeat_ttl_s,
+            self.maintenance_interval,
+        )
 
     def teardown(self) -> None:
         super().teardown()
