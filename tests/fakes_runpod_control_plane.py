@@ -162,6 +162,18 @@ class FakeControlPlane:
             self._cond.notify_all()
         return job_id
 
+    def submit_many(self, inputs: list[Any]) -> list[str]:
+        """Queue several jobs at once (a batch job-take can then return them together)."""
+        with self._cond:
+            ids = []
+            for job_input in inputs:
+                job_id = f"job-{next(self._ids)}"
+                self.jobs[job_id] = JobRecord(id=job_id, input=job_input, t_submit=time.time())
+                self._queue.append(job_id)
+                ids.append(job_id)
+            self._cond.notify_all()
+        return ids
+
     def cancel(self, job_id: str) -> None:
         """Ask the worker to stop ``job_id`` (served on the job-stop long-poll)."""
         with self._cond:

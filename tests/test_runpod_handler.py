@@ -14,6 +14,7 @@ import pytest
 
 from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import AudioFormat
+from voxcast.errors import EngineUnavailable
 from voxcast.serving.runpod_config import RunpodConfig
 from voxcast.serving.runpod_handler import RunpodHandler
 
@@ -275,3 +276,25 @@ def test_local_one_shot_mode_iterates_the_generator(service: Any, tmp_path: Path
     assert run_local(_handler(service), [], tmp_path) == 2  # no test_input.json in tmp_path
     with pytest.raises(ValueError, match="input"):
         load_job('{"text": "no input key"}', tmp_path)
+
+
+class _DyingStream(_Tap):
+    """A real stream whose engine "dies" after the first chunk (as SynthesisStream reports it)."""
+
+    def __next__(self) -> Any:
+        if self.t_ms:
+            self.stream.cancel()
+            raise EngineUnavailable("the engine stopped while this request was running")
+        return super().__next__()
+
+
+def test_a_dead_engine_fails_the_job_and_asks_the_worker_to_exit(service: Any) -> None:
+    class Dying(_TappedService):
+        def synthesize(self, *args: Any, **kwargs: Any) -> _Tap:
+            return _DyingStream(self._service.synthesize(*args, **kwargs))
+
+    handler = RunpodHandler(Dying(service), RunpodConfig())  # type: ignore[arg-type]
+    exits: list[bool] = []
+    handler.on_engine_failure = lambda: exits.append(True)
+    msgs = _run(handler, {"text": TEXT, "voice": "ryan", "max_frames": 6})
+    assert msgs[-1]["error"]["code"] == "engine_unavailable" and exits == [True]

@@ -47,7 +47,12 @@ def worker(
     tiny_model_dir: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     d = tmp_path_factory.mktemp("rp_worker")
-    env = _worker_env(tiny_model_dir("custom_voice"), d / "store", VOXCAST_RUNPOD_AGGREGATE="true")
+    env = _worker_env(
+        tiny_model_dir("custom_voice"),
+        d / "store",
+        VOXCAST_RUNPOD_AGGREGATE="true",
+        VOXCAST_RUNPOD_CONCURRENCY="2",
+    )
     with FakeControlPlane() as plane, running_worker(plane, env, d / "worker.log") as w:
         yield w
 
@@ -71,6 +76,18 @@ def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
     assert gen_s > 0.1 and recv[-1] - recv[0] > 0.5 * gen_s
     assert rec.t_done is not None and rec.t_done - recv[0] > 0.5 * gen_s  # first chunk well before done
     assert not plane.unauthorized
+
+
+def test_with_concurrency_2_two_jobs_stream_at_the_same_time(worker: WorkerProcess) -> None:
+    plane = worker.plane
+    req = {"text": TEXT, "voice": "ryan", "max_frames": 16, "chunk_frames": 1}
+    a, b = plane.submit_many([req, req])
+    ra, rb = plane.wait_done(a, 120), plane.wait_done(b, 120)
+    assert any("/job-take-batch/" in path and "batch_size=2" in path for _, path in plane.takes)
+    # interleaved, not queued: each job's first chunk arrived before the other's last one
+    info = [(r.id, r.t_taken, [round(p.t_recv - r.t_submit, 3) for p in r.streams]) for r in (ra, rb)]
+    assert ra.streams[0].t_recv < rb.streams[-2].t_recv and rb.streams[0].t_recv < ra.streams[-2].t_recv, info
+    assert ra.outputs[-1]["done"] and rb.outputs[-1]["done"]
 
 
 def test_bad_input_fails_naming_the_field_and_the_next_job_succeeds(worker: WorkerProcess) -> None:
