@@ -162,6 +162,7 @@ class Qwen3TTSNet(nn.Module):
         cp = t.code_predictor
         t.inv_freq = rope_inv_freq(t.cfg.head_dim, t.cfg.rope_theta).to(device)
         cp.inv_freq = rope_inv_freq(cp.cfg.head_dim, cp.cfg.rope_theta).to(device)
+        cp._rope_tables.clear()
 
 
 def _read_tensors(files: tuple[Path, ...], device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:

@@ -66,6 +66,7 @@ class CodePredictor(nn.Module):
             else nn.Identity()
         )
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
+        self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
 
     @property
     def num_codes(self) -> int:
@@ -86,11 +87,20 @@ class CodePredictor(nn.Module):
     def _forward(self, embeds: Tensor, cache: list[KVCache], start: int) -> Tensor:
         # embeds: [B, L, talker_hidden] -> normed hidden [B, L, cp_hidden]
         h = self.small_to_mtp_projection(embeds)
-        positions = torch.arange(start, start + h.shape[1], device=h.device)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, h.dtype)
+        cos, sin = self._rope(start, h.shape[1], h.dtype, h.device)
         for layer, layer_cache in zip(self.model.layers, cache, strict=True):
             h = layer(h, cos, sin, layer_cache, start)
         return self.model.norm(h)
+
+    def _rope(self, start: int, n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+        # Every frame uses the same positions (0-1, then 2, 3, ... 15): compute each table once,
+        # with the same shapes as a fresh computation (so the values are bitwise the same).
+        key = (start, n, dtype, device)
+        hit = self._rope_tables.get(key)
+        if hit is None:
+            positions = torch.arange(start, start + n, device=device)
+            hit = self._rope_tables[key] = rope_cos_sin(self.inv_freq, positions, dtype)
+        return hit
 
     def predict(
         self, talker_hidden: Tensor, code0_embed: Tensor, cache: list[KVCache], pick: Picker
