@@ -84,7 +84,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.alive:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)  # warm shutdown: finish the current job, then exit
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -106,6 +106,9 @@ def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: st
         return w
 
     yield {"start": start, "client": QueueClient(redis_client, CFG), "store": tmp_path / "store"}
+    for w in workers:
+        if w.alive:
+            w.proc.send_signal(signal.SIGTERM)
     for w in workers:
         w.stop()
 
