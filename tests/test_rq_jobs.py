@@ -377,3 +377,17 @@ def test_one_prerender_per_library_at_a_time(
         client.wait(job_id)
     assert e.value.error["code"] == "library_busy" and service.calls == 0
     assert redis_client.get("voxcast:lock:library:busy") == b"other-job"  # not released by the loser
+
+
+def test_job_timeout_ends_the_stream_with_an_error(
+    client: QueueClient, redis_client: redis.Redis, service: FakeService
+) -> None:
+    service.delay_s = 0.05
+    job_id = client.enqueue({"text": "a long text " * 30}, timeout_s=1)  # 91 chunks, ~4.5 s
+    run_worker(redis_client, service)
+    with pytest.raises(JobFailed) as e:
+        client.wait(job_id, timeout_s=5)
+    assert "JobTimeoutException" in (e.value.exc or "")
+    last = read_all(redis_client, stream_key(job_id))[-1]
+    assert last.type is EntryType.ERROR and last.info["code"] == "timeout"
+    assert service.cancels == 1  # the engine stream was stopped too
