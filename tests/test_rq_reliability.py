@@ -30,6 +30,7 @@ from voxcast.serving.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.redis_stream import EntryType, read_all, stream_key
 from voxcast.serving.rq_config import QueueConfig
 from voxcast.serving.rq_jobs import SYNTHESIZE
+from voxcast.storage.local import LocalBlobStore
 
 REPO = Path(__file__).resolve().parents[1]
 QUEUE = "vx-rel"
@@ -244,6 +245,7 @@ def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, red
         "pickled": Queue(QUEUE, connection=redis_client).enqueue(SYNTHESIZE, {"text": "x"}).id,
         "bad_request": q.enqueue(SYNTHESIZE, {"text": "hi", "sample_rate": 12345}, retry=Retry(max=2)).id,
         "unknown_voice": q.enqueue(SYNTHESIZE, {"text": "hi", "voice": "nobody"}).id,
+        "clone_on_custom_voice": client.register_voice(b"RIFF-not-really-audio"),
     }
     good = client.enqueue({"text": "Thank you for calling.", "voice": "vivian", "max_frames": 12})
     w.wait_ready(redis_client)
@@ -273,3 +275,10 @@ def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, red
     assert not [p for p in stored_objects(env["store"]) if long_job in p.name]
     assert w.alive
     print(f"cancel -> job ended in {stop_ms:.0f} ms")
+
+    manifest = "id,text,voice,max_frames\nhello,Hello.,vivian,6\nbye,Goodbye.,nobody,6\n"
+    summary = client.wait(client.prerender(manifest, library="ivr", presets=["mulaw8k", "mp3"]), timeout_s=60)
+    assert (summary["rendered"], summary["failed"]) == (1, 1) and summary["errors"][0]["field"] == "voice"
+    data = LocalBlobStore(env["store"]).get_bytes("libraries/ivr/mulaw8k/hello.wav")
+    with sf.SoundFile(io.BytesIO(data)) as f:
+        assert f.samplerate == 8000 and f.subtype == "ULAW"
