@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
+from tests.fixtures.models import eos_prone_copy
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 EOS = 2150
-
-
-def eos_prone_copy(src: Path, dst: Path) -> Path:
-    """Copy a checkpoint with the end-of-speech row of ``codec_head`` scaled by 8 (speech ends soon)."""
-    out = dst / src.name
-    shutil.copytree(src, out, dirs_exist_ok=True)
-    state = load_file(str(out / "model.safetensors"))
-    state["talker.codec_head.weight"][EOS] *= 8.0
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.models import eos_prone_copy
 from tests.parity._official import import_qwen_tts, load_official, official_voice_items, run_official
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.model import Qwen3TTS
@@ -176,8 +177,6 @@ def test_eos_and_frame_budget(tiny_model_dir: Any) -> None:
 @pytest.fixture(scope="module")
 def eos_prone_model(tiny_model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny custom voice checkpoint with the end-of-speech logit scaled up (speech ends early)."""
-    from tests.test_model_generator import eos_prone_copy
-
     return eos_prone_copy(tiny_model_dir("custom_voice"), tmp_path_factory.mktemp("eos"))
 
 

@@ -16,6 +16,7 @@ then 15 code-predictor draws per frame), so a seed reproduces the official outpu
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -58,11 +59,10 @@ class SamplerSettings:
 
 def make_generator(seed: int | None, device: torch.device | str) -> tuple[torch.Generator, int]:
     """A generator on ``device`` seeded with ``seed`` (or a fresh random seed); returns it and its seed."""
-    gen = torch.Generator(device=device)
     if seed is None:
-        seed = gen.seed()
-    else:
-        gen.manual_seed(seed)
+        seed = secrets.randbits(63)  # fits SamplingParams.seed, so a run can be replayed
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
     return gen, seed
 
 
