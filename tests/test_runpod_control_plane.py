@@ -34,13 +34,17 @@ _HANDLER = textwrap.dedent(
         if inp.get("bad"):
             yield {"error": Err(code="invalid_request", field="text")}
             return
+        done = False
         try:
             for i in range(inp.get("n", 3)):
                 await asyncio.sleep(inp.get("sleep", 0.1))
                 yield {"seq": i, "ts": time.time()}
-        except asyncio.CancelledError:
-            print("CANCELLED", job["id"], flush=True)
-            raise
+            done = True
+        finally:
+            # CancelledError when the stop hits our await; GeneratorExit (at finalisation) when it
+            # hits the SDK's await of the stream POST while we are suspended at a yield
+            if not done:
+                print("CANCELLED", job["id"], flush=True)
 
     runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})
     """

@@ -182,18 +182,26 @@ def test_list_voices_action(service: Any) -> None:
     assert any("ryan" in json.dumps(v) for v in msg["voices"])
 
 
-def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any) -> None:
+@pytest.mark.parametrize("where", ["in_handler", "in_sdk_post"])
+def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any, where: str) -> None:
+    """The SDK cancels the job task wherever it waits: inside the handler (awaiting the next chunk)
+    or in its own await of a stream POST while the generator sits at a ``yield``."""
     tapped = _TappedService(service)
     handler = RunpodHandler(tapped, RunpodConfig())  # type: ignore[arg-type]
     req = {"text": TEXT * 4, "voice": "ryan", "max_frames": 400, "first_chunk_frames": 1, "chunk_frames": 1}
+    agens: list[Any] = []  # keeps the generator alive: no finalisation may do the work for us
 
     async def run() -> int:
         got = 0
 
         async def consume() -> None:
             nonlocal got
-            async for _ in handler.handle({"id": "job-cancel", "input": req}):
+            agen = handler.handle({"id": "job-cancel", "input": req})
+            agens.append(agen)
+            async for _ in agen:
                 got += 1
+                if where == "in_sdk_post" and got == 3:
+                    await asyncio.sleep(30)  # stands for the SDK's stream POST
 
         task = asyncio.create_task(consume())
         while got < 3:
@@ -201,6 +209,9 @@ def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any)
         task.cancel()  # what the SDK does when the platform stops the job
         with pytest.raises(asyncio.CancelledError):
             await task
+        await asyncio.sleep(0)  # let the task's done callbacks run
+        # cancelled now, not when asyncio.run() finally closes the abandoned generator
+        assert tapped.taps[0].t_cancel is not None
         return got
 
     got = asyncio.run(run())

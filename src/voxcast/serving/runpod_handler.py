@@ -168,6 +168,7 @@ class RunpodHandler:
             on_item=mirror.chunk if mirror else None,
             name=f"voxcast-job-{job_id}"[:60],
         ).start()
+        unwatch = self._watch_task(job_id, stream, pump, mirror)
         seq, kept, size, first_ms = 0, [], 0, None
         try:
             async for chunk in pump:
@@ -207,6 +208,7 @@ class RunpodHandler:
             self._abort(job_id, stream, pump, mirror, e)
             raise
         finally:
+            unwatch()
             pump.close()
 
     def _chunk_messages(self, chunk: Any, seq: int) -> list[dict[str, Any]]:
@@ -220,10 +222,36 @@ class RunpodHandler:
             max_bytes=self.config.max_message_audio_bytes,
         )
 
+    def _watch_task(
+        self, job_id: str, stream: Any, pump: ThreadPump[Any], mirror: RedisMirror | None
+    ) -> Callable[[], None]:
+        """Cancel the engine stream the moment the job's task ends cancelled; returns the undo.
+
+        The SDK cancels the job's task wherever it is waiting: often in its own ``await`` of a stream
+        POST while this generator is suspended at a ``yield``. The generator then only learns of it
+        (as GeneratorExit) when the event loop finalises it later; the task's done callback does not wait.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            return lambda: None
+
+        def on_done(t: asyncio.Task[Any]) -> None:
+            if t.cancelled():
+                self._abort(job_id, stream, pump, mirror, asyncio.CancelledError())
+
+        def unwatch() -> None:
+            task.remove_done_callback(on_done)
+
+        task.add_done_callback(on_done)
+        return unwatch
+
     def _abort(
         self, job_id: str, stream: Any, pump: ThreadPump[Any], mirror: RedisMirror | None, e: BaseException
     ) -> None:
-        """Cancel the engine stream after a failure, a cancelled task or an early close. Never blocks."""
+        """Cancel the engine stream after a failure, a cancelled task or an early close. Never blocks;
+        runs once per job (later calls do nothing)."""
+        if pump.closed:
+            return
         stream.cancel()
         pump.close()
         cancelled = isinstance(e, asyncio.CancelledError | GeneratorExit | Cancelled)

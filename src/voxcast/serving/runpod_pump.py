@@ -77,6 +77,11 @@ class ThreadPump(Generic[T]):
         """True once the producer thread has stopped iterating ``source``."""
         return self._finished.is_set()
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed.is_set()
+
     def close(self) -> None:
         """Stop handing items over; the producer drains ``source`` without waiting. Never blocks."""
         self._closed.set()
