@@ -391,3 +391,31 @@ def test_job_timeout_ends_the_stream_with_an_error(
     last = read_all(redis_client, stream_key(job_id))[-1]
     assert last.type is EntryType.ERROR and last.info["code"] == "timeout"
     assert service.cancels == 1  # the engine stream was stopped too
+
+
+def test_rq_cli_style_construction_gets_voxcast_settings(
+    redis_client: redis.Redis, service: FakeService
+) -> None:
+    from rq.defaults import DEFAULT_MAINTENANCE_TASK_INTERVAL, DEFAULT_WORKER_TTL
+    from rq.serializers import JSONSerializer
+
+    from voxcast.serving.rq_worker import VoxcastJob
+
+    # what `rq worker -w voxcast.serving.rq_worker.VoxcastWorker` passes (pickle queues, RQ defaults)
+    worker = VoxcastWorker(
+        [Queue("vx-test", connection=redis_client)],
+        connection=redis_client,
+        default_worker_ttl=DEFAULT_WORKER_TTL,
+        worker_ttl=DEFAULT_WORKER_TTL,
+        maintenance_interval=DEFAULT_MAINTENANCE_TASK_INTERVAL,
+        job_class="rq.job.Job",
+        serializer=None,
+        service=service,
+        queue_config=QCFG,
+    )
+    assert (
+        worker.worker_ttl == QCFG.worker_ttl_s and worker.maintenance_interval == QCFG.maintenance_interval_s
+    )
+    assert worker.serializer is JSONSerializer and worker.job_class is VoxcastJob
+    assert all(q.serializer is JSONSerializer and q.job_class is VoxcastJob for q in worker.queues)
+    assert worker.get_heartbeat_ttl(Job(connection=redis_client)) == QCFG.heartbeat_ttl_s
