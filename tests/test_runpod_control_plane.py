@@ -34,17 +34,17 @@ _HANDLER = textwrap.dedent(
         if inp.get("bad"):
             yield {"error": Err(code="invalid_request", field="text")}
             return
-        done = False
-        try:
-            for i in range(inp.get("n", 3)):
-                await asyncio.sleep(inp.get("sleep", 0.1))
-                yield {"seq": i, "ts": time.time()}
-            done = True
-        finally:
-            # CancelledError when the stop hits our await; GeneratorExit (at finalisation) when it
-            # hits the SDK's await of the stream POST while we are suspended at a yield
-            if not done:
+        # The stop cancels the job's task wherever it waits, often in the SDK's own await of a
+        # stream POST; the abandoned generator may then not be finalised for a long time (it sits
+        # in a reference cycle), so watch the task rather than rely on CancelledError/GeneratorExit.
+        def on_done(task):
+            if task.cancelled():
                 print("CANCELLED", job["id"], flush=True)
+
+        asyncio.current_task().add_done_callback(on_done)
+        for i in range(inp.get("n", 3)):
+            await asyncio.sleep(inp.get("sleep", 0.1))
+            yield {"seq": i, "ts": time.time()}
 
     runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})
     """
