@@ -42,3 +42,20 @@ def test_environment_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setenv("VOXCAST_TESTMODEL_SEED", "7")
     args = _parse(["make-test-model"])
     assert (args.kind, args.out, args.seed, args.size) == ("base", str(tmp_path / "b"), 7, "tiny")
+
+
+def test_cli_choices_match_the_builder() -> None:
+    from voxcast.models.qwen3_tts import testing
+    from voxcast.serving import cli_testmodel
+
+    assert tuple(cli_testmodel.KINDS) == tuple(testing.KINDS)
+    assert tuple(cli_testmodel.SIZES) == tuple(testing.SIZES)
+
+
+def test_cli_parser_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; from voxcast.serving.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

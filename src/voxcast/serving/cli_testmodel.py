@@ -13,13 +13,16 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["add_parser", "add_parsers", "run"]
+__all__ = ["KINDS", "SIZES", "add_parser", "add_parsers", "run"]
+
+# Spelled out here so that building the parser imports no torch (``voxcast --help`` stays fast);
+# tests/test_model_cli.py checks they equal voxcast.models.qwen3_tts.testing's.
+KINDS = ("base", "custom_voice", "voice_design")
+SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
 
 
 def add_parser(sub: Any) -> None:
     """Register ``make-test-model`` on an ``argparse`` subparsers object."""
-    from voxcast.models.qwen3_tts.testing import KINDS, SIZES
-
     env = os.environ
     p = sub.add_parser("make-test-model", help="write a random-weight checkpoint (official layout)")
     p.add_argument(
