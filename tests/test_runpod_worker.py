@@ -65,7 +65,8 @@ def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
     rec = plane.wait_done(job, 120)
     *chunks, final = rec.outputs
     assert final["done"] is True and final["timing"]["frames"] == 12 and final["audio_key"]
-    assert [c["seq"] for c in chunks] == list(range(len(chunks))) and len(chunks) >= 12
+    assert [c["seq"] for c in chunks] == list(range(len(chunks))) and sum(c["frames"] for c in chunks) == 12
+    assert len(chunks) >= 4  # streamed in pieces (a worker that falls behind merges waiting chunks)
     # the done POST carries the aggregate: every yielded message, the final one last
     assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
     # incremental: each chunk reached the control plane soon after the engine emitted it

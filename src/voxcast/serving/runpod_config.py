@@ -74,6 +74,9 @@ class RunpodConfig:
             (``VOXCAST_RUNPOD_INLINE_MAX_BYTES``, 256 KiB; 0 = never inline).
         queue_chunks: chunks buffered between engine thread and event loop
             (``VOXCAST_RUNPOD_QUEUE_CHUNKS``, 16).
+        coalesce: when chunks are already waiting as the previous message's POST returns (the
+            worker fell behind the engine), send them as one message, up to the size bound, so the
+            delay does not build up chunk after chunk (``VOXCAST_RUNPOD_COALESCE``, on).
         redis_url: also publish every job's chunks to a Redis Stream keyed by the RunPod job id
             (``VOXCAST_REDIS_URL``; unset = no Redis).
         sdk_log_level: the runpod SDK's own log level (``RUNPOD_LOG_LEVEL`` / ``RUNPOD_DEBUG_LEVEL``,
@@ -85,6 +88,7 @@ class RunpodConfig:
     max_message_audio_bytes: int = DEFAULT_MAX_MESSAGE_AUDIO_BYTES
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     queue_chunks: int = DEFAULT_QUEUE_CHUNKS
+    coalesce: bool = True
     redis_url: str | None = None
     sdk_log_level: str = "INFO"
 
@@ -120,6 +124,7 @@ class RunpodConfig:
                 env, "VOXCAST_RUNPOD_INLINE_MAX_BYTES", d.inline_max_bytes, 0, MAX_MESSAGE_AUDIO_BYTES_LIMIT
             ),
             queue_chunks=_int(env, "VOXCAST_RUNPOD_QUEUE_CHUNKS", d.queue_chunks, 1, 4096),
+            coalesce=_bool(env, "VOXCAST_RUNPOD_COALESCE", d.coalesce),
             redis_url=env.get("VOXCAST_REDIS_URL", "").strip() or None,
             sdk_log_level=(
                 env.get("RUNPOD_LOG_LEVEL") or env.get("RUNPOD_DEBUG_LEVEL") or d.sdk_log_level

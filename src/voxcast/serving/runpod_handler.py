@@ -179,7 +179,7 @@ class RunpodHandler:
                     else:
                         kept.clear()
                     continue
-                for message in self._chunk_messages(chunk, seq):
+                for message in self._chunk_messages(self._coalesce(pump, chunk), seq):
                     if first_ms is None:
                         first_ms = (time.perf_counter() - t0) * 1000
                         log.info("job %s: first message after %.1f ms", job_id, first_ms)
@@ -211,14 +211,28 @@ class RunpodHandler:
             unwatch()
             pump.close()
 
-    def _chunk_messages(self, chunk: Any, seq: int) -> list[dict[str, Any]]:
+    def _coalesce(self, pump: ThreadPump[Any], chunk: Any) -> list[Any]:
+        """``chunk`` plus the chunks already waiting behind it, up to the message size bound."""
+        parts, size = [chunk], len(chunk.data)
+        while self.config.coalesce and size < self.config.max_message_audio_bytes:
+            more = pump.take_ready(1)
+            if not more:
+                break
+            parts.append(more[0])
+            size += len(more[0].data)
+        return parts
+
+    def _chunk_messages(self, parts: list[Any], seq: int) -> list[dict[str, Any]]:
+        """Messages for consecutive chunks (one unless merged data exceeds the bound); ``t_ms`` is
+        the emit time of the newest chunk in them."""
+        last = parts[-1]
         return audio_messages(
-            chunk.data,
+            b"".join(p.data for p in parts) if len(parts) > 1 else last.data,
             first_seq=seq,
-            format=str(chunk.format),
-            sample_rate=chunk.sample_rate,
-            t_ms=chunk.t_ms,
-            frames=chunk.frames,
+            format=str(last.format),
+            sample_rate=last.sample_rate,
+            t_ms=last.t_ms,
+            frames=sum(p.frames for p in parts),
             max_bytes=self.config.max_message_audio_bytes,
         )
 

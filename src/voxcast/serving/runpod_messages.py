@@ -9,7 +9,8 @@ Chunk protocol (one message per ``yield``; every value JSON-able, nothing binary
     every ``audio`` in ``seq`` order gives the complete file; ``t_ms`` is when the engine emitted the
     chunk, in ms from the start of the request; ``frames`` the codec frames it holds (80 ms each;
     0 on the extra pieces of a chunk that was split to respect the size bound); ``ts`` the worker's
-    wall clock (Unix s) when the message was yielded.
+    wall clock (Unix s) when the message was yielded. A worker that fell behind merges chunks that
+    are already waiting into one message (then ``t_ms`` is the newest one's and ``frames`` the sum).
 ``{"done": true, "seq": N, "audio_key": ..., "audio_url": ..., "timing": {...}, ...}``
     the last message: the synthesis result (request id, format, sample rate, content type, blob key
     and URL of the complete file, bytes, duration, timing, ``messages`` = chunk messages sent,

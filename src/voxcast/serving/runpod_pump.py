@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -58,7 +59,8 @@ class ThreadPump(Generic[T]):
         self._slots = threading.Semaphore(maxsize)
         self._closed = threading.Event()
         self._finished = threading.Event()
-        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._pending: deque[tuple[str, Any]] = deque()  # touched on the loop thread only
+        self._wakeup: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.items_after_close = 0
@@ -69,6 +71,7 @@ class ThreadPump(Generic[T]):
     def start(self) -> ThreadPump[T]:
         """Start the producer thread; must be called from the consuming event loop."""
         self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
         self._thread.start()
         return self
 
@@ -100,13 +103,32 @@ class ThreadPump(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        kind, value = await self._queue.get()
+        assert self._wakeup is not None, "start() first"
+        while not self._pending:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        kind, value = self._pending.popleft()
         if kind == _ITEM:
             self._slots.release()
             return value
         if kind == _ERROR:
             raise value
         raise StopAsyncIteration
+
+    def take_ready(self, limit: int) -> list[T]:
+        """Up to ``limit`` items that have already arrived, without waiting (the end of the source
+        or its error stays queued for the next ``__anext__``)."""
+        out: list[T] = []
+        while self._pending and self._pending[0][0] == _ITEM and len(out) < limit:
+            out.append(self._pending.popleft()[1])
+            self._slots.release()
+        return out
+
+    def _push(self, entry: tuple[str, Any]) -> None:
+        """Loop side of a hand-over."""
+        self._pending.append(entry)
+        assert self._wakeup is not None
+        self._wakeup.set()
 
     # -------------------------------------------------------------- producer side
     def _run(self) -> None:
@@ -133,6 +155,6 @@ class ThreadPump(Generic[T]):
     def _post(self, kind: str, value: Any) -> None:
         assert self._loop is not None
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, value))
+            self._loop.call_soon_threadsafe(self._push, (kind, value))
         except RuntimeError:  # the loop is closed: nobody is listening any more
             log.debug("pump %s: event loop closed; dropping %s", self._thread.name, kind)
