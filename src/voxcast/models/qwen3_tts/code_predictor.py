@@ -10,7 +10,7 @@ Parameter names equal the official ``talker.code_predictor.*`` keys.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -67,6 +67,7 @@ class CodePredictor(nn.Module):
         )
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
+        self._caches: dict[int, list[KVCache]] = {}  # shared per-frame caches by batch size
 
     @property
     def num_codes(self) -> int:
@@ -99,8 +100,21 @@ class CodePredictor(nn.Module):
         hit = self._rope_tables.get(key)
         if hit is None:
             positions = torch.arange(start, start + n, device=device)
-            hit = self._rope_tables[key] = rope_cos_sin(self.inv_freq, positions, dtype)
+            cos, sin = rope_cos_sin(self.inv_freq, positions, dtype)
+            hit = self._rope_tables[key] = (cos.unsqueeze(1), sin.unsqueeze(1))  # [1, 1, L, D]
         return hit
+
+    def shared_cache(self, batch: int) -> list[KVCache]:
+        """A per-frame cache for ``batch`` rows, allocated once per batch size and reused.
+
+        Safe to share between streams driven from one thread: every frame writes positions
+        0..15 before reading them.
+        """
+        w = self.model.norm.weight
+        cache = self._caches.get(batch)
+        if cache is None or cache[0].k.dtype != w.dtype or cache[0].k.device != w.device:
+            cache = self._caches[batch] = self.new_cache(batch=batch)
+        return cache
 
     def predict(
         self, talker_hidden: Tensor, code0_embed: Tensor, cache: list[KVCache], pick: Picker
@@ -116,18 +130,50 @@ class CodePredictor(nn.Module):
         Returns:
             ``[B, 15]`` int64 codes.
         """
+        return self.predict_frame(talker_hidden, code0_embed, pick, cache)[0]
+
+    def predict_frame(
+        self,
+        talker_hidden: Tensor,
+        code0_embed: Tensor,
+        pick: Picker | Sequence[Picker],
+        cache: list[KVCache] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Codes 1..15 of one frame for B rows, and the frame's embedding ``E(frame)``.
+
+        Args:
+            talker_hidden: ``[B, 1, talker_hidden]`` last talker outputs (after the final norm).
+            code0_embed: ``[B, 1, talker_hidden]`` = ``C(code0)``.
+            pick: one picker for all rows, or one per row (each stream keeps its own generator;
+                rows are picked in order, each consuming only its own random draws).
+            cache: a cache for B rows; default :meth:`shared_cache`.
+
+        Returns:
+            ``(codes [B, 15] int64, E(frame) [B, 1, talker_hidden])``, the embedding equal to
+            :meth:`frame_embed` (the per-step embeddings are reused instead of looked up again).
+        """
+        b = talker_hidden.shape[0]
+        if cache is None:
+            cache = self.shared_cache(b)
         x = torch.cat((talker_hidden, code0_embed), dim=1)  # [B, 2, H]
         start = 0
         codes: list[Tensor] = []
+        embeds = [code0_embed]
         for g in range(self.num_codes):
             h = self._forward(x, cache, start)
             start += x.shape[1]
-            logits = self.lm_head[g](h)[:, -1, :].to(torch.float32)  # [B, vocab]
-            code = pick(logits)  # [B]
+            logits = self.lm_head[g](h)[:, -1, :]  # [B, vocab] (all rows: same matmul shape as official)
+            if logits.dtype != torch.float32:
+                logits = logits.to(torch.float32)
+            if callable(pick):
+                code = pick(logits)  # [B]
+            else:
+                code = torch.cat([p(logits[i : i + 1]) for i, p in enumerate(pick)])
             codes.append(code)
-            if g + 1 < self.num_codes:
-                x = self.model.codec_embedding[g](code[:, None])  # [B, 1, H]
-        return torch.stack(codes, dim=1)
+            x = self.model.codec_embedding[g](code[:, None])  # [B, 1, H]
+            embeds.append(x)
+        frame = torch.cat(embeds, dim=1).sum(1, keepdim=True)  # same reduction as frame_embed
+        return torch.stack(codes, dim=1), frame
 
     def frame_embed(self, code0_embed: Tensor, codes: Tensor) -> Tensor:
         """``E(frame)``: ``C(code0) + sum_g codec_embedding[g-1](code_g)``; ``[B, 1, talker_hidden]``.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -23,7 +24,7 @@ from voxcast.models.qwen3_tts.prompt import Prompt
 from voxcast.models.qwen3_tts.sampling import CodeSampler, SamplerSettings, TalkerSampler, make_generator
 from voxcast.models.qwen3_tts.talker import Talker
 
-__all__ = ["FrameGenerator"]
+__all__ = ["FrameGenerator", "step_many"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ class FrameGenerator:
         self._code_pick = CodeSampler(settings, gen)
         self._eos = cfg.codec_eos_token_id
         self._cache = talker.new_cache(prompt.length + max(max_frames, 1))
-        self._cp_cache = talker.code_predictor.new_cache()
         self._pos = 0
         self._hidden: Tensor | None = None  # [1, 1, H] last talker output
         self._code0: Tensor | None = None  # [1] next frame's code 0
@@ -88,46 +88,106 @@ class FrameGenerator:
         self._code0 = self._talker_pick(logits[:, -1, :].to(torch.float32))
         self.prefill_s += time.perf_counter() - t0
 
-    @torch.inference_mode()
     def step(self) -> Tensor | None:
         """The next frame's codes (LongTensor ``[16]``), or None once finished (see ``finish_reason``)."""
+        return step_many((self,))[0]
+
+    def _next_text(self) -> Tensor:
+        # [1, 1, H]: the trailing-text position added at decode step `frames - 1`, then pad
+        s = self.frames - 1
+        trailing = self.prompt.trailing
+        return trailing[:, s : s + 1] if s < trailing.shape[1] else self.prompt.pad
+
+    def _ready(self) -> bool:
+        """Prefill on demand and apply the frame limit; True when a talker step or frame may follow."""
         if self.finish_reason is not None:
-            return None
+            return False
         if self._code0 is None:
             self.prefill()
         if self.frames >= self.max_frames:
             self._finish("max_frames")
-            return None
-        if self._pending is not None:
-            self._talker_step()
-        assert self._code0 is not None and self._hidden is not None
-        if bool((self._code0 == self._eos).item()):  # the one host sync per frame
-            self._finish("eos")
-            return None
-        t0 = time.perf_counter()
-        cp = self.talker.code_predictor
-        code0_embed = self.talker.codec_embed(self._code0[:, None])  # [1, 1, H]
-        codes = cp.predict(self._hidden, code0_embed, self._cp_cache, self._code_pick)  # [1, 15]
-        self._pending = cp.frame_embed(code0_embed, codes)
-        frame = torch.cat((self._code0[:, None], codes), dim=1)[0]  # [16]
-        self.code_predictor_s += time.perf_counter() - t0
-        self.frames += 1
-        return frame
+            return False
+        return True
 
-    def _talker_step(self) -> None:
-        t0 = time.perf_counter()
-        assert self._pending is not None
-        s = self.frames - 1  # decode step index: which trailing-text position to add
-        trailing = self.prompt.trailing
-        text = trailing[:, s : s + 1] if s < trailing.shape[1] else self.prompt.pad
-        hidden, logits = self.talker(self._pending + text, self._cache, self._pos)
+    def _take_talker(self, hidden: Tensor, logits: Tensor) -> None:
+        # hidden: [1, 1, H]; logits: [1, V] of this stream's talker step
         self._pos += 1
-        self._hidden = hidden[:, -1:]
-        self._code0 = self._talker_pick(logits[:, -1, :].to(torch.float32))
+        self._hidden = hidden
+        self._code0 = self._talker_pick(logits if logits.dtype == torch.float32 else logits.float())
         self._pending = None
-        self.talker_s += time.perf_counter() - t0
 
     def _finish(self, reason: str) -> None:
         self.finish_reason = reason
         self._cache = []
         logger.debug("generation finished: %s after %d frames", reason, self.frames)
+
+
+@torch.inference_mode()
+def step_many(gens: Sequence[FrameGenerator]) -> list[Tensor | None]:
+    """Advance several generators of one model by one frame each, batched (continuous batching).
+
+    Each generator keeps its own KV cache, position, sampler state and random generator; the talker
+    step runs as one batched forward over the rows that need it (per-row positions and caches),
+    and the code predictor as one batched forward per intra-frame step (all rows are at the same
+    step). Generators that need a prefill get it first, alone. With one generator this is exactly
+    :meth:`FrameGenerator.step`; with several, a row's values can differ from single-stream decoding
+    in the last bits (batched matmuls accumulate in another order), so codes agree except near ties.
+
+    Returns:
+        Per generator: the frame's codes (LongTensor ``[16]``), or None when it is finished.
+    """
+    live = [g for g in gens if g._ready()]
+    if not live:
+        return [None] * len(gens)
+    talker = live[0].talker
+    stepping = [g for g in live if g._pending is not None]
+    if stepping:
+        t0 = time.perf_counter()
+        _talker_rows(talker, stepping)
+        dt = time.perf_counter() - t0
+        for g in stepping:
+            g.talker_s += dt
+    rows = []
+    for g in live:
+        assert g._code0 is not None
+        if bool((g._code0 == g._eos).item()):  # the one host sync per frame and stream
+            g._finish("eos")
+        else:
+            rows.append(g)
+    out: dict[int, Tensor] = {}
+    if rows:
+        t0 = time.perf_counter()
+        if len(rows) == 1:
+            code0, hidden = _t(rows[0]._code0), _t(rows[0]._hidden)  # [1], [1, 1, H]
+        else:
+            code0 = torch.cat([_t(g._code0) for g in rows])  # [B]
+            hidden = torch.cat([_t(g._hidden) for g in rows])  # [B, 1, H]
+        code0_embed = talker.codec_embed(code0[:, None])  # [B, 1, H]
+        picks = rows[0]._code_pick if len(rows) == 1 else [g._code_pick for g in rows]
+        codes, frame_embed = talker.code_predictor.predict_frame(hidden, code0_embed, picks)  # [B, 15]
+        frames = torch.cat((code0[:, None], codes), dim=1)  # [B, 16]
+        dt = time.perf_counter() - t0
+        for i, g in enumerate(rows):
+            g._pending = frame_embed[i : i + 1]
+            g.code_predictor_s += dt
+            g.frames += 1
+            out[id(g)] = frames[i]
+    return [out.get(id(g)) for g in gens]
+
+
+def _t(x: Tensor | None) -> Tensor:
+    assert x is not None
+    return x
+
+
+def _talker_rows(talker: Talker, rows: list[FrameGenerator]) -> None:
+    """The talker step of every row: E(last frame) + next text position, at each row's position."""
+    embeds = [_t(g._pending) + g._next_text() for g in rows]  # [1, 1, H] each
+    if len(rows) == 1:
+        g = rows[0]
+        hidden, logits = talker(embeds[0], g._cache, g._pos)
+        g._take_talker(hidden[:, -1:], logits[:, -1, :])
+        return
+    hidden, logits = talker.forward_rows(torch.cat(embeds), [g._cache for g in rows], [g._pos for g in rows])
+    for i, g in enumerate(rows):
+        g._take_talker(hidden[i : i + 1], logits[i : i + 1, -1, :])

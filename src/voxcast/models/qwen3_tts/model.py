@@ -86,6 +86,7 @@ class Qwen3TTS:
         self.config = config
         self.net = net
         self.talker = net.talker
+        self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder

@@ -44,10 +44,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
+        if x.dtype == torch.float32:  # the same ops without two no-op conversions
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.weight * h.to(x.dtype)
 
 
 class KVCache:
@@ -140,16 +141,39 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+        self._qkv: tuple[Tensor, Tensor | None] | None = None
+
+    def fuse(self) -> None:
+        """Read q, k and v with one matmul: the projections become views of one ``[Nq + 2 Nkv, hidden]``.
+
+        Splitting a Linear along its outputs gives bitwise the same values (each output is its own dot
+        product), so this only removes two matmul calls and two weight traversals' overhead per step.
+        """
+        self._qkv = _fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # x: [B, L, hidden] -> q [B, L, Nq], k/v [B, L, Nkv] (views of one output when fused)
+        if self._qkv is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        qkv = F.linear(x, *self._qkv)
+        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+
+    def _qkv_rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # x: [B, L, hidden]; cos/sin: [B or 1, 1, L, D] -> q [B, H, L, D], k/v [B, Hkv, L, D]
+        b, n, _ = x.shape
+        q, k, v = self._project(x)
+        q = self.q_norm(q.view(b, n, -1, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(b, n, -1, self.head_dim)).transpose(1, 2)
+        v = v.view(b, n, -1, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int) -> Tensor:
-        # x: [B, L, hidden]; cos/sin: [1, L, D]
+        # x: [B, L, hidden]; cos/sin: [1, 1, L, D]
         b, n, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, n, -1, self.head_dim)).transpose(1, 2)  # [B, H, L, D]
-        k = self.k_norm(self.k_proj(x).view(b, n, -1, self.head_dim)).transpose(1, 2)  # [B, Hkv, L, D]
-        v = self.v_proj(x).view(b, n, -1, self.head_dim).transpose(1, 2)
-        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * c + _rotate_half(q) * s
-        k = k * c + _rotate_half(k) * s
+        q, k, v = self._qkv_rope(x, cos, sin)
         k_all, v_all = cache.update(start, k, v)  # [B, Hkv, start + L, D]
         mask = None
         if n > 1 and start > 0:  # a chunk after a cached prefix: causal, shifted by `start`
@@ -166,6 +190,47 @@ class Attention(nn.Module):
         )
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
+    def forward_rows(
+        self, x: Tensor, cos: Tensor, sin: Tensor, caches: list[KVCache], starts: list[int]
+    ) -> Tensor:
+        """One decode position for each of B independent sequences (own cache, own position).
+
+        Projections run batched (weights read once for all rows); attention runs per row over its
+        own cache. x: ``[B, 1, hidden]``; cos/sin: ``[B, 1, 1, D]``.
+        """
+        b = x.shape[0]
+        q, k, v = self._qkv_rope(x, cos, sin)
+        outs = []
+        for i, (cache, start) in enumerate(zip(caches, starts, strict=True)):
+            k_all, v_all = cache.update(start, k[i : i + 1], v[i : i + 1])
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[i : i + 1],
+                    k_all,
+                    v_all,
+                    scale=self.head_dim**-0.5,
+                    enable_gqa=self.heads != self.kv_heads,
+                )
+            )
+        out = torch.cat(outs) if b > 1 else outs[0]  # [B, H, 1, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, 1, -1))
+
+
+def _fuse_linears(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
+    """Concatenate the weights (and biases) of Linears with one input; rebind each to a view."""
+    weight = torch.cat([lin.weight for lin in linears])
+    bias = None
+    if linears[0].bias is not None:
+        bias = torch.cat([lin.bias for lin in linears])
+    row = 0
+    for lin in linears:
+        n = lin.out_features
+        lin.weight = nn.Parameter(weight[row : row + n], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[row : row + n], requires_grad=False)
+        row += n
+    return weight, bias
+
 
 class MLP(nn.Module):
     """SwiGLU feed-forward."""
@@ -175,9 +240,17 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self._gate_up: tuple[Tensor, Tensor | None] | None = None
+
+    def fuse(self) -> None:
+        """Gate and up projections as one matmul (bitwise the same outputs, see :meth:`Attention.fuse`)."""
+        self._gate_up = _fuse_linears(self.gate_proj, self.up_proj)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self._gate_up is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, *self._gate_up).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -202,6 +275,18 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_rows(
+        self, x: Tensor, cos: Tensor, sin: Tensor, caches: list[KVCache], starts: list[int]
+    ) -> Tensor:
+        """See :meth:`Attention.forward_rows`."""
+        x = x + self.self_attn.forward_rows(self.input_layernorm(x), cos, sin, caches, starts)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def fuse(self) -> None:
+        """Fuse the q/k/v and gate/up projections (see :meth:`Attention.fuse`)."""
+        self.self_attn.fuse()
+        self.mlp.fuse()
 
 
 class ResizeMLP(nn.Module):
@@ -253,6 +338,7 @@ class Talker(nn.Module):
         self.code_predictor = code_predictor
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._section = cfg.mrope_section if cfg.mrope_interleaved else None
+        self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
 
     def text_embed(self, ids: Tensor) -> Tensor:
         """``T(ids)``: text embedding then projection. ``ids [B, L]`` -> ``[B, L, hidden]``."""
@@ -282,10 +368,53 @@ class Talker(nn.Module):
         Returns:
             ``(hidden [B, L, hidden] after the final norm, logits [B, L, vocab])``.
         """
-        positions = torch.arange(start, start + embeds.shape[1], device=embeds.device)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, embeds.dtype, self._section)
+        n = embeds.shape[1]
+        cos, sin = self._rope(start + n, embeds)
+        cos, sin = cos[start : start + n][None, None], sin[start : start + n][None, None]  # [1, 1, L, D]
         h = embeds
         for layer, layer_cache in zip(self.model.layers, cache, strict=True):
             h = layer(h, cos, sin, layer_cache, start)
         h = self.model.norm(h)
         return h, self.codec_head(h)
+
+    def forward_rows(
+        self, embeds: Tensor, caches: list[list[KVCache]], starts: list[int]
+    ) -> tuple[Tensor, Tensor]:
+        """One decode step for B independent sequences, batched (continuous batching).
+
+        Args:
+            embeds: ``[B, 1, hidden]``, row i at absolute position ``starts[i]`` of ``caches[i]``.
+            caches: one :meth:`new_cache` (batch 1) per row.
+            starts: per-row positions.
+
+        Returns:
+            ``(hidden [B, 1, hidden], logits [B, 1, vocab])``. Row values can differ from a
+            single-row :meth:`forward` in the last bits (a matmul over B rows accumulates in another
+            order than a matrix-vector product).
+        """
+        cos_t, sin_t = self._rope(max(starts) + 1, embeds)
+        idx = torch.tensor(starts, device=embeds.device)
+        cos, sin = cos_t[idx][:, None, None], sin_t[idx][:, None, None]  # [B, 1, 1, D]
+        h = embeds
+        for i, layer in enumerate(self.model.layers):
+            assert isinstance(layer, DecoderLayer)
+            h = layer.forward_rows(h, cos, sin, [c[i] for c in caches], starts)
+        h = self.model.norm(h)
+        return h, self.codec_head(h)
+
+    def _rope(self, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        # cos/sin tables [P, D] for positions 0..P-1 (P >= length), computed in one call: the
+        # values are elementwise functions of (position, lane), the same as a per-step computation.
+        t = self._rope_table
+        if t is None or t[0].shape[0] < length or t[0].dtype != like.dtype or t[0].device != like.device:
+            size = max(1024, 1 << (length - 1).bit_length())
+            positions = torch.arange(size, device=like.device)
+            cos, sin = rope_cos_sin(self.inv_freq, positions, like.dtype, self._section)
+            t = self._rope_table = (cos[0], sin[0])
+        return t
+
+    def fuse(self) -> None:
+        """Fuse the projections of every transformer block (talker and code predictor)."""
+        for layer in list(self.model.layers) + list(self.code_predictor.model.layers):
+            assert isinstance(layer, DecoderLayer)
+            layer.fuse()

@@ -1,0 +1,284 @@
+"""Per-frame decode benchmark: talker step + code predictor, before/after as ratios, vs bandwidth.
+
+Each measurement runs in its own subprocess (``--worker``) so that a baseline revision of the source
+(``--baseline REV``: ``src/`` of that git revision, extracted to a temporary folder) and the working
+tree can be timed in the same run, interleaved rep by rep (the machine is shared: absolute numbers are
+noisy, ratios less so). Also prints the bytes of weights read per frame divided by the frame time next
+to the matrix-vector bandwidth of this machine (a float32 Linear 2048->8192 at M=1, in a loop), and
+with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
+
+    python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
+        [--streams 1,2,4] [--quant none|int8] [--threads N]
+
+Writes ``bench-results/decode-<size>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday afternoon, as promised."
+
+
+def checkpoint(size: str) -> Path:
+    """The cached random checkpoint (custom_voice for tiny, base for full size)."""
+    kind = "custom_voice" if size == "tiny" else "base"
+    out = ROOT / ".cache" / "bench-models" / f"{size}-{kind}"
+    if not (out / "config.json").exists():
+        sys.path.insert(0, str(ROOT / "src"))
+        from voxcast.models.qwen3_tts.testing import make_test_model
+
+        print(f"building random {size} {kind} checkpoint in {out} ...", flush=True)
+        tmp = out.with_name(out.name + ".tmp")
+        make_test_model(tmp, kind, size=size, seed=0)
+        tmp.rename(out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- worker
+
+
+class _XVoice:
+    """A minimal x-vector-only voice (the Base model's prompt needs a voice)."""
+
+    def __init__(self, dim: int) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(3)
+        self.x_vector = torch.randn(dim, generator=g) * 0.1
+        self.ref_codes = None
+        self.ref_text = None
+        self.model_identity = ""
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of weights read by one frame: talker layers + norm + codec head, 15x the code predictor."""
+    t = model.talker
+    cp = t.code_predictor
+
+    def size(mod: Any) -> int:
+        total = 0
+        for p in list(mod.parameters()) + list(mod.buffers()):
+            total += p.numel() * p.element_size()
+        return total
+
+    talker = size(t.model.layers) + size(t.model.norm) + size(t.codec_head)
+    cp_body = size(cp.model.layers) + size(cp.model.norm) + size(cp.small_to_mtp_projection)
+    return talker + cp.num_codes * cp_body + size(cp.lm_head)
+
+
+def _prompt(model: Any) -> Any:
+    if model.model_type == "base":
+        voice = _XVoice(model.talker.cfg.hidden_size)
+        return model.build_prompt(TEXT, voice=voice, language="english")
+    return model.build_prompt(TEXT, speaker=model.speakers[0], language="english")
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from voxcast.engine.request import SamplingParams
+    from voxcast.models.qwen3_tts.model import Qwen3TTS
+
+    kw: dict[str, Any] = {}
+    if args.quant != "none":
+        kw["quant"] = args.quant
+    model = Qwen3TTS.from_pretrained(args.model, **kw)
+    prompt = _prompt(model)
+    sampling = SamplingParams(seed=5, greedy=args.greedy)
+    warm = 2
+    out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
+    streams = int(args.streams or 1)
+    if streams <= 1:
+        gen = model.new_generator(prompt, sampling, max_frames=args.frames + warm)
+        gen.prefill()
+        for _ in range(warm):
+            gen.step()
+        t_talker, t_cp = gen.talker_s, gen.code_predictor_s
+        t0 = time.perf_counter()
+        n = 0
+        codes = []
+        while (frame := gen.step()) is not None:
+            codes.append(frame.tolist())
+            n += 1
+        wall = time.perf_counter() - t0
+        out.update(
+            frames=n,
+            frame_ms=wall / max(n, 1) * 1000,
+            talker_ms=(gen.talker_s - t_talker) / max(n, 1) * 1000,
+            code_predictor_ms=(gen.code_predictor_s - t_cp) / max(n, 1) * 1000,
+            codes=codes,
+        )
+        return out
+    from voxcast.models.qwen3_tts.generator import step_many
+
+    gens = []
+    for i in range(streams):
+        g = model.new_generator(prompt, SamplingParams(seed=5 + i, greedy=args.greedy), args.frames + warm)
+        g.prefill()
+        gens.append(g)
+    for _ in range(warm):
+        step_many(gens)
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        frames = step_many(gens)
+        got = sum(f is not None for f in frames)
+        if not got:
+            break
+        n += got
+    wall = time.perf_counter() - t0
+    out.update(streams=streams, frames=n, wall_s=wall, frames_per_s=n / wall)
+    out["per_stream_frame_ms"] = wall / max(n / streams, 1) * 1000
+    return out
+
+
+def bandwidth(threads: int, seconds: float = 1.5) -> float:
+    """Matrix-vector bandwidth in GB/s: float32 Linear 2048->8192 at M=1."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    lin = torch.nn.Linear(2048, 8192, bias=False)
+    x = torch.randn(1, 2048)
+    with torch.inference_mode():
+        for _ in range(3):
+            lin(x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            lin(x)
+            n += 1
+        dt = (time.perf_counter() - t0) / n
+    return lin.weight.numel() * 4 / dt / 1e9
+
+
+# ---------------------------------------------------------------------------------------- driver
+
+
+def _extract(rev: str, dest: Path) -> Path:
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar.stdout, check=True)
+    return dest / "src"
+
+
+def _run(src: Path, model: Path, args: argparse.Namespace, streams: int = 1, quant: str = "none") -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
+    cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
+    if args.greedy:
+        cmd.append("--greedy")
+    env = dict(os.environ, PYTHONPATH=str(src))
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"worker failed:\n{res.stderr[-3000:]}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="tiny", help="tiny | 0.6b")
+    p.add_argument("--frames", type=int, default=20)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--baseline", default=None, help="git revision to compare against (e.g. HEAD~3)")
+    p.add_argument("--streams", default="", help="batched runs, e.g. 1,2,4")
+    p.add_argument("--quant", default="none", help="also time this weight quantization (int8)")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    model = checkpoint(args.size)
+    cur = ROOT / "src"
+    variants: dict[str, tuple[Path, str]] = {"current": (cur, "none")}
+    tmp = tempfile.TemporaryDirectory()
+    if args.baseline:
+        variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none"), **variants}
+    if args.quant != "none":
+        variants[args.quant] = (cur, args.quant)
+    rows: dict[str, list[dict]] = {k: [] for k in variants}
+    bw = []
+    for rep in range(args.reps):
+        bw.append(bandwidth(args.threads))
+        for name, (src, quant) in variants.items():
+            r = _run(src, model, args, quant=quant)
+            rows[name].append(r)
+            print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
+    gbps = statistics.median(bw)
+    result: dict[str, Any] = {
+        "size": args.size,
+        "frames": args.frames,
+        "bandwidth_gbps": gbps,
+        "variants": {},
+    }
+    print(f"\nmatrix-vector bandwidth (Linear 2048->8192, M=1): {gbps:.2f} GB/s")
+    for name, rs in rows.items():
+        wb = rs[0]["weight_bytes_per_frame"]
+        fm = _median(rs, "frame_ms")
+        eff = wb / (fm / 1000) / 1e9
+        summary = {
+            "frame_ms": fm,
+            "talker_ms": _median(rs, "talker_ms"),
+            "code_predictor_ms": _median(rs, "code_predictor_ms"),
+            "weight_bytes_per_frame": wb,
+            "effective_gbps": eff,
+            "bandwidth_limit_ms": wb / (gbps * 1e9) * 1000,
+            "runs": [{k: v for k, v in r.items() if k != "codes"} for r in rs],
+        }
+        result["variants"][name] = summary
+        print(
+            f"{name:9s} frame {fm:8.2f} ms (talker {summary['talker_ms']:.2f}, code predictor "
+            f"{summary['code_predictor_ms']:.2f}); weights {wb / 1e6:.1f} MB/frame -> {eff:.2f} GB/s "
+            f"(limit {summary['bandwidth_limit_ms']:.1f} ms/frame)"
+        )
+    if "baseline" in rows:
+        ratio = result["variants"]["baseline"]["frame_ms"] / result["variants"]["current"]["frame_ms"]
+        same = rows["baseline"][0]["codes"] == rows["current"][0]["codes"]
+        result["speedup_vs_baseline"] = ratio
+        result["codes_identical_to_baseline"] = same
+        print(f"speed-up vs {args.baseline}: {ratio:.2f}x; codes identical: {same}")
+    if args.quant != "none":
+        a, b = rows["current"][0]["codes"], rows[args.quant][0]["codes"]
+        flat = [(x == y) for fa, fb in zip(a, b, strict=False) for x, y in zip(fa, fb, strict=False)]
+        agree = sum(flat) / max(len(flat), 1)
+        first = next((i for i, (fa, fb) in enumerate(zip(a, b, strict=False)) if fa != fb), None)
+        result["quant_agreement"] = {"code_agreement": agree, "first_divergent_frame": first}
+        print(f"{args.quant} vs fp32 codes: agreement {agree:.3f}, first divergent frame {first}")
+    if args.streams:
+        result["batched"] = []
+        base_fps = None
+        for s in (int(x) for x in args.streams.split(",")):
+            rs = [_run(cur, model, args, streams=s) for _ in range(args.reps)]
+            fps = _median(rs, "frames_per_s")
+            base_fps = base_fps or fps
+            per = _median(rs, "per_stream_frame_ms")
+            result["batched"].append({"streams": s, "frames_per_s": fps, "per_stream_frame_ms": per})
+            print(
+                f"{s} streams: {fps:.2f} frames/s aggregate ({fps / base_fps:.2f}x), {per:.1f} ms/frame/stream"
+            )
+    out = ROOT / "bench-results" / f"decode-{args.size}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
