@@ -144,6 +144,8 @@ class ServiceStream(Iterator[EncodedChunk]):
         self.request = request
         self.request_id = request.request_id or uuid.uuid4().hex
         self.result: SynthesisResult | None = None
+        #: ``time.perf_counter()`` when iteration started: every chunk's ``t_ms`` counts from here.
+        self.t_start = 0.0
         self._service = service
         self._store = store
         self._it: Iterator[EncodedChunk] | None = None
@@ -266,7 +268,7 @@ class Service:
         return ServiceStream(self, req, self.config.store_audio if store is None else store)
 
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
-        t0 = time.perf_counter()
+        t0 = s.t_start = time.perf_counter()
         req = s.request
         timing = Timing(request_id=s.request_id)
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
@@ -338,7 +340,7 @@ class Service:
                 req.response_format,
                 req.sample_rate,
                 chunk.frames,
-                (chunk.t_emit - es.t_submit) * 1000,
+                (chunk.t_emit - t0) * 1000,
             )
             seq += 1
         try:
@@ -348,7 +350,7 @@ class Service:
         if tail:
             parts.append(tail)
             yield EncodedChunk(
-                seq, tail, req.response_format, req.sample_rate, 0, (time.perf_counter() - es.t_submit) * 1000
+                seq, tail, req.response_format, req.sample_rate, 0, (time.perf_counter() - t0) * 1000
             )
         streamed = b"".join(parts)
         audio_key, error = None, None
