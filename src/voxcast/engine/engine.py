@@ -2,8 +2,10 @@
 
 ``Engine.load(config)`` loads the checkpoint, warms every path a request can take and starts the
 scheduler. ``engine.synthesize(request)`` returns a lazy :class:`SynthesisStream`. The scheduler admits
-new requests (prompt + prefill) between frames and advances every active request by one frame per
-round, so concurrent users interleave instead of queueing behind each other.
+new requests (prompt + prefill, alone; at most one per round while others are decoding, so active
+streams stall by about one prefill) and advances every active request by one frame per round in one
+batched step (continuous batching: the talker and code predictor read their weights once for all
+rows), so concurrent users share the cost of a frame instead of queueing behind each other.
 """
 
 from __future__ import annotations
@@ -175,8 +177,7 @@ class Engine:
             with torch.inference_mode():
                 while not self._stopping.is_set():
                     self._admit()
-                    for act in list(self._active):
-                        self._advance(act)
+                    self._advance_all()
         except BaseException:  # the thread must not die silently
             log.exception("engine scheduler crashed")
             raise
@@ -193,11 +194,9 @@ class Engine:
 
     def _admit(self) -> None:
         while len(self._active) < self.config.max_active:
+            busy = bool(self._active)
             try:
-                if self._active:
-                    stream = self._pending.get_nowait()
-                else:
-                    stream = self._pending.get(timeout=_IDLE_WAIT_S)
+                stream = self._pending.get_nowait() if busy else self._pending.get(timeout=_IDLE_WAIT_S)
             except queue.Empty:
                 return
             if stream.cancelled:
@@ -209,6 +208,8 @@ class Engine:
                 if not isinstance(e, InvalidRequest):
                     log.exception("request %s failed to start", stream.timing.request_id)
                 stream._fail(e)
+            if busy:  # one prefill per round while others decode: they stall by one prefill at most
+                return
 
     def _start(self, stream: SynthesisStream) -> _Active:
         req, timing = stream.request, stream.timing
@@ -236,13 +237,36 @@ class Engine:
         first = req.first_chunk_frames or self.config.first_chunk_frames
         return _Active(stream, gen, decoder, max_frames, target=first)
 
-    def _advance(self, act: _Active) -> None:
-        if act.stream.cancelled:
-            self._active.remove(act)
-            self._finish_cancelled(act.stream, act)
+    def _advance_all(self) -> None:
+        """One frame for every active request, in one batched model step."""
+        acts = []
+        for act in list(self._active):
+            if act.stream.cancelled:
+                self._active.remove(act)
+                self._finish_cancelled(act.stream, act)
+            else:
+                acts.append(act)
+        if not acts:
             return
         try:
-            codes = act.generator.step()
+            frames = self._step([act.generator for act in acts])
+        except Exception as e:
+            log.exception("batched step failed (%d requests)", len(acts))
+            for act in acts:
+                self._active.remove(act)
+                act.stream._fail(e)
+            return
+        for act, codes in zip(acts, frames, strict=True):
+            self._advance(act, codes)
+
+    def _step(self, generators: list[Any]) -> list[torch.Tensor | None]:
+        step_many = getattr(self.model, "step_many", None)
+        if step_many is None:
+            return [g.step() for g in generators]
+        return list(step_many(generators))
+
+    def _advance(self, act: _Active, codes: torch.Tensor | None) -> None:
+        try:
             if codes is not None:
                 act.pending.append(codes)
                 act.frames += 1

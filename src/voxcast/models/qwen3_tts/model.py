@@ -36,7 +36,7 @@ from voxcast.models.qwen3_tts.checkpoint import (
 )
 from voxcast.models.qwen3_tts.codec_decoder import StreamingDecoder, load_codec_decoder
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
-from voxcast.models.qwen3_tts.generator import FrameGenerator
+from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
@@ -220,6 +220,10 @@ class Qwen3TTS:
         return FrameGenerator(
             self.talker, prompt, SamplerSettings.from_params(sampling), max_frames, seed=sampling.seed
         )
+
+    def step_many(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
+        """One frame for each generator in one batched step (see :func:`~.generator.step_many`)."""
+        return step_many(generators)
 
     def new_decoder(self, voice: VoicePrompt | None = None) -> StreamingDecoder:
         """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice)."""
