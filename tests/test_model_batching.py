@@ -91,7 +91,12 @@ def test_seeded_batched_is_reproducible_and_agrees(model: Qwen3TTS) -> None:
     a = _batched(_gens(model, False, limits))
     assert a == _batched(_gens(model, False, limits))
     seq = _sequential(_gens(model, False, limits))
-    flat = [x == y for ra, rs in zip(a, seq, strict=True) for fa, fs in zip(ra, rs) for x, y in zip(fa, fs)]
+    flat = [
+        x == y
+        for ra, rs in zip(a, seq, strict=True)
+        for fa, fs in zip(ra, rs, strict=True)
+        for x, y in zip(fa, fs, strict=True)
+    ]
     assert sum(flat) / len(flat) >= 0.9
 
 

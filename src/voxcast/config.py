@@ -59,6 +59,8 @@ class EngineConfig:
         warmup: run every path once at load (``VOXCAST_WARMUP``).
         threads: torch CPU threads, 0 = torch's default (``VOXCAST_THREADS``).
         max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
+        quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU: faster, not
+            bit-exact (``VOXCAST_QUANT``).
     """
 
     model: str = DEFAULT_MODEL
@@ -70,12 +72,15 @@ class EngineConfig:
     warmup: bool = True
     threads: int = 0
     max_active: int = 8
+    quant: str = "none"
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(f"VOXCAST_DTYPE must be auto, float32 or bfloat16, not {self.dtype!r}")
         if not (self.device in {"auto", "cpu", "cuda"} or self.device.startswith("cuda:")):
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
+        if self.quant not in {"none", "int8"}:
+            raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
         for name in ("first_chunk_frames", "chunk_frames", "max_frames_cap", "max_active"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -94,6 +99,7 @@ class EngineConfig:
             warmup=_bool(env.get("VOXCAST_WARMUP", "1")),
             threads=int(env.get("VOXCAST_THREADS", d.threads)),
             max_active=int(env.get("VOXCAST_MAX_ACTIVE", d.max_active)),
+            quant=env.get("VOXCAST_QUANT", d.quant).strip().lower() or d.quant,
         )
 
     def resolved_device(self) -> str:

@@ -79,7 +79,9 @@ class Engine:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
         dtype = torch.bfloat16 if config.resolved_dtype() == "bfloat16" else torch.float32
-        model = Qwen3TTS.from_pretrained(config.model, device=config.resolved_device(), dtype=dtype)
+        model = Qwen3TTS.from_pretrained(
+            config.model, device=config.resolved_device(), dtype=dtype, quant=config.quant
+        )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)

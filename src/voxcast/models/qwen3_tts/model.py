@@ -82,11 +82,20 @@ class Qwen3TTS:
         identity: str,
         device: torch.device,
         dtype: torch.dtype,
+        quant: str = "none",
     ) -> None:
         self.config = config
         self.net = net
         self.talker = net.talker
-        self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
+        self.quant = quant
+        if quant == "int8":
+            from voxcast.models.qwen3_tts.quant import quantize_int8
+
+            quantize_int8(self.talker)
+        elif quant == "none":
+            self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
+        else:
+            raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
@@ -108,6 +117,7 @@ class Qwen3TTS:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         local_files_only: bool | None = None,
+        quant: str = "none",
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -116,6 +126,8 @@ class Qwen3TTS:
             device: "cpu", "cuda", "cuda:1"...
             dtype: torch.float32 or torch.bfloat16 (weights and activations).
             local_files_only: never download (default: true when ``HF_HUB_OFFLINE=1``).
+            quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU (faster,
+                not bit-exact; see :mod:`.quant`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -143,6 +155,7 @@ class Qwen3TTS:
             identity=checkpoint_identity(files, config),
             device=dev,
             dtype=dtype,
+            quant=quant,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -142,6 +142,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
         self._qkv: tuple[Tensor, Tensor | None] | None = None
+        self.qkv_int8: nn.Module | None = None  # set by quant.quantize_int8
 
     def fuse(self) -> None:
         """Read q, k and v with one matmul: the projections become views of one ``[Nq + 2 Nkv, hidden]``.
@@ -153,9 +154,12 @@ class Attention(nn.Module):
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # x: [B, L, hidden] -> q [B, L, Nq], k/v [B, L, Nkv] (views of one output when fused)
-        if self._qkv is None:
+        if self.qkv_int8 is not None:
+            qkv = self.qkv_int8(x)
+        elif self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        qkv = F.linear(x, *self._qkv)
+        else:
+            qkv = F.linear(x, *self._qkv)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
@@ -241,15 +245,19 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
         self._gate_up: tuple[Tensor, Tensor | None] | None = None
+        self.gate_up_int8: nn.Module | None = None  # set by quant.quantize_int8
 
     def fuse(self) -> None:
         """Gate and up projections as one matmul (bitwise the same outputs, see :meth:`Attention.fuse`)."""
         self._gate_up = _fuse_linears(self.gate_proj, self.up_proj)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._gate_up is None:
+        if self.gate_up_int8 is not None:
+            gate, up = self.gate_up_int8(x).chunk(2, dim=-1)
+        elif self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = F.linear(x, *self._gate_up).chunk(2, dim=-1)
+        else:
+            gate, up = F.linear(x, *self._gate_up).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

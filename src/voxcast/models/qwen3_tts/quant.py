@@ -1,0 +1,69 @@
+"""int8 weights for CPU decoding (``VOXCAST_QUANT=int8``): the talker's and code predictor's Linears.
+
+Decoding reads every weight once per frame (the code predictor's 15 times), so it is bound by memory
+bandwidth; int8 weights read a quarter of the bytes. On this CPU ``torch._weight_int8pack_mm`` is
+several times slower than the float32 matrix-vector product, while PyTorch's dynamic quantization
+(per-output-channel int8 weights, activations quantized per call, fbgemm/x86 kernels) is 3-4x faster,
+so that is what is used. Not bit-exact: codes agree with float32 greedy codes only partly (measured by
+``scripts/bench_decode.py --quant int8``). Embeddings, norms and the talker's ``codec_head`` (read
+elsewhere for its device/dtype; one matrix per frame) stay in float32.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+from torch import nn
+
+from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
+
+__all__ = ["QUANT_MODES", "quantize_int8"]
+
+logger = logging.getLogger(__name__)
+
+#: Accepted values of the ``quant`` option.
+QUANT_MODES = ("none", "int8")
+
+
+def _int8(*linears: nn.Linear) -> nn.Module:
+    """One dynamically quantized Linear computing the given Linears' outputs side by side."""
+    fused = nn.Linear(linears[0].in_features, sum(lin.out_features for lin in linears), bias=False)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([lin.weight for lin in linears]))
+    if linears[0].bias is not None:
+        fused.bias = nn.Parameter(torch.cat([lin.bias for lin in linears]))
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+        q = torch.ao.quantization.quantize_dynamic(nn.Sequential(fused), spec, dtype=torch.qint8)
+    return q[0]
+
+
+def _layer(layer: DecoderLayer) -> None:
+    att, mlp = layer.self_attn, layer.mlp
+    att.qkv_int8 = _int8(att.q_proj, att.k_proj, att.v_proj)
+    att.o_proj = _int8(att.o_proj)  # type: ignore[assignment]
+    mlp.gate_up_int8 = _int8(mlp.gate_proj, mlp.up_proj)
+    mlp.down_proj = _int8(mlp.down_proj)  # type: ignore[assignment]
+
+
+def quantize_int8(talker: Talker) -> None:
+    """Replace the decoder blocks' projections and the code predictor's heads with int8 versions (CPU).
+
+    Raises:
+        ValueError: the model is not on the CPU.
+    """
+    if talker.codec_head.weight.device.type != "cpu":
+        raise ValueError("int8 weights are implemented for the CPU only")
+    cp = talker.code_predictor
+    for layer in list(talker.model.layers) + list(cp.model.layers):
+        assert isinstance(layer, DecoderLayer)
+        _layer(layer)
+    for g, head in enumerate(cp.lm_head):
+        assert isinstance(head, nn.Linear)
+        cp.lm_head[g] = _int8(head)
+    if isinstance(cp.small_to_mtp_projection, nn.Linear):
+        cp.small_to_mtp_projection = _int8(cp.small_to_mtp_projection)
+    logger.info("talker and code predictor projections quantized to int8 (dynamic, per channel)")

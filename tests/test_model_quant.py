@@ -1,0 +1,64 @@
+"""int8 weights (``quant="int8"``, ``VOXCAST_QUANT=int8``) on a tiny checkpoint: runs, valid, deterministic.
+
+int8 is not bit-exact, so codes are not compared with float32 here; scripts/bench_decode.py
+``--quant int8`` measures the agreement rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from voxcast.config import EngineConfig
+from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.generator import step_many
+from voxcast.models.qwen3_tts.model import Qwen3TTS
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def int8_model(tiny_model_dir: Any) -> Qwen3TTS:
+    return Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), quant="int8")
+
+
+def _codes(model: Qwen3TTS, greedy: bool, seed: int = 3) -> torch.Tensor:
+    gen = model.new_generator(
+        model.build_prompt(TEXT, speaker="ryan"), SamplingParams(seed=seed, greedy=greedy), 10
+    )
+    frames = []
+    while (f := gen.step()) is not None:
+        frames.append(f)
+    return torch.stack(frames)
+
+
+def test_int8_codes_are_valid_and_deterministic(int8_model: Qwen3TTS) -> None:
+    a = _codes(int8_model, greedy=True)
+    assert a.shape == (10, 16)
+    assert torch.equal(a, _codes(int8_model, greedy=True))
+    assert (
+        int(a[:, 1:].min()) >= 0 and int(a[:, 1:].max()) < int8_model.config.talker.code_predictor.vocab_size
+    )
+    assert torch.equal(_codes(int8_model, False, 5), _codes(int8_model, False, 5))
+
+
+def test_int8_batches(int8_model: Qwen3TTS) -> None:
+    prompt = int8_model.build_prompt(TEXT, speaker="ryan")
+    gens = [int8_model.new_generator(prompt, SamplingParams(seed=i, greedy=True), 4) for i in range(2)]
+    for _ in range(4):
+        frames = step_many(gens)
+        assert all(f is not None and f.shape == (16,) for f in frames)
+
+
+def test_unknown_quant_is_refused(tiny_model_dir: Any) -> None:
+    with pytest.raises(ValueError, match="quant"):
+        Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), quant="int4")
+
+
+def test_config_field() -> None:
+    assert EngineConfig.from_env({}).quant == "none"
+    assert EngineConfig.from_env({"VOXCAST_QUANT": "INT8"}).quant == "int8"
+    with pytest.raises(ValueError, match="VOXCAST_QUANT"):
+        EngineConfig.from_env({"VOXCAST_QUANT": "fp8"})
