@@ -27,5 +27,10 @@ def test_only_serving_imports_runpod_and_rq_only_storage_imports_boto3() -> None
         for lib in ("runpod", "rq"):
             if f"import {lib}" in text or f"from {lib} " in text or f"from {lib}." in text:
                 assert rel.startswith("serving/"), f"{rel} imports {lib}"
-        if "import boto3" in text or "from boto3" in text or "import botocore" in text or "from botocore" in text:
+        if (
+            "import boto3" in text
+            or "from boto3" in text
+            or "import botocore" in text
+            or "from botocore" in text
+        ):
             assert rel.startswith("storage/"), f"{rel} imports boto3"

@@ -12,7 +12,9 @@ from voxcast.errors import InvalidRequest
 
 
 def test_openai_alias_and_flat_sampling() -> None:
-    req = parse_request({"input": "Hello", "seed": 3, "greedy": True, "response_format": "mulaw", "sample_rate": 8000})
+    req = parse_request(
+        {"input": "Hello", "seed": 3, "greedy": True, "response_format": "mulaw", "sample_rate": 8000}
+    )
     assert req.text == "Hello"
     assert req.sampling.seed == 3 and req.sampling.greedy
     assert req.response_format is AudioFormat.MULAW and req.sample_rate == 8000

@@ -41,7 +41,9 @@ def test_engine_config_from_env() -> None:
     assert EngineConfig(device="cpu").resolved_dtype() == "float32"
 
 
-@pytest.mark.parametrize("env", [{"VOXCAST_DTYPE": "fp8"}, {"VOXCAST_DEVICE": "tpu"}, {"VOXCAST_CHUNK_FRAMES": "0"}])
+@pytest.mark.parametrize(
+    "env", [{"VOXCAST_DTYPE": "fp8"}, {"VOXCAST_DEVICE": "tpu"}, {"VOXCAST_CHUNK_FRAMES": "0"}]
+)
 def test_engine_config_rejects_bad_values(env: dict) -> None:
     with pytest.raises(ValueError):
         EngineConfig.from_env(env)
