@@ -106,11 +106,26 @@ def test_state_is_needed(decoder: CodecDecoder) -> None:
     assert np.abs(naive - ref).max() > 1e-4
 
 
-def test_primed_stream_equals_offline_minus_reference(decoder: CodecDecoder) -> None:
-    ref_codes, gen = _codes(90, 5), _codes(60, 6)
+@pytest.mark.parametrize("n_ref", [1, 5, 11, 12, 13, 90])
+def test_primed_stream_equals_offline_minus_reference(decoder: CodecDecoder, n_ref: int) -> None:
+    """Priming runs the conv stack over the last frames only; the state must still be exact."""
+    ref_codes, gen = _codes(n_ref, 5), _codes(40, 6)
     full = decoder.decode_offline(torch.cat([ref_codes, gen]))
     got = _stream(decoder, gen, [4, 1, 9], prime=ref_codes)
-    assert np.abs(got - full[90 * SAMPLES_PER_FRAME :]).max() <= TOL
+    assert np.abs(got - full[n_ref * SAMPLES_PER_FRAME :]).max() <= TOL
+
+
+def test_priming_window_is_needed(decoder: CodecDecoder) -> None:
+    """Sanity: a conv stack primed over too few frames gives a wrong state (so the window matters)."""
+    ref_codes, gen = _codes(40, 11), _codes(5, 12)
+    full = decoder.decode_offline(torch.cat([ref_codes, gen]))[40 * SAMPLES_PER_FRAME :]
+    n = decoder._back_context_frames()
+    assert 8 <= n <= 16
+    st = decoder._fresh_state()
+    with torch.inference_mode():
+        decoder._back(decoder._front(ref_codes[None], st)[:, :, -2:], st)
+        wrong = decoder._run(gen[None], st)[0].numpy()
+    assert np.abs(wrong - full).max() > 1e-4
 
 
 def test_clones_are_independent(decoder: CodecDecoder) -> None:
