@@ -68,8 +68,13 @@ def _weight_bytes(model: Any) -> int:
 
     def size(mod: Any) -> int:
         total = 0
-        for p in list(mod.parameters()) + list(mod.buffers()):
+        for p in list(mod.parameters()):
             total += p.numel() * p.element_size()
+        for m in mod.modules():  # int8 (dynamically quantized) Linears keep packed weights
+            if m.__class__.__name__ == "Linear" and callable(getattr(m, "weight", None)):
+                total += m.weight().numel()
+                if m.bias() is not None:
+                    total += m.bias().numel() * 4
         return total
 
     talker = size(t.model.layers) + size(t.model.norm) + size(t.codec_head)
@@ -101,7 +106,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     warm = 2
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     streams = int(args.streams or 1)
-    if streams <= 1:
+    if not args.batched:
         gen = model.new_generator(prompt, sampling, max_frames=args.frames + warm)
         gen.prefill()
         for _ in range(warm):
@@ -185,9 +190,18 @@ def _extract(rev: str, dest: Path) -> Path:
     return dest / "src"
 
 
-def _run(src: Path, model: Path, args: argparse.Namespace, streams: int = 1, quant: str = "none") -> dict:
+def _run(
+    src: Path,
+    model: Path,
+    args: argparse.Namespace,
+    streams: int = 1,
+    quant: str = "none",
+    batched: bool = False,
+) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
+    if batched:
+        cmd.append("--batched")
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -212,6 +226,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -277,7 +292,7 @@ def main() -> None:
         result["batched"] = []
         base_fps = None
         for s in (int(x) for x in args.streams.split(",")):
-            rs = [_run(cur, model, args, streams=s) for _ in range(args.reps)]
+            rs = [_run(cur, model, args, streams=s, batched=True) for _ in range(args.reps)]
             fps = _median(rs, "frames_per_s")
             base_fps = base_fps or fps
             per = _median(rs, "per_stream_frame_ms")
