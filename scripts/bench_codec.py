@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "naive_max_err": float(np.abs(wav_n - exact).max()),
             }
         )
+        r = rows[-1]
+        print(
+            f"  chunk {chunk}: {r['stateful_ms_per_frame']:.1f} vs {r['naive_ms_per_frame']:.1f} ms/frame",
+            file=sys.stderr,
+            flush=True,
+        )
     return {
         "size": "full" if args.full else "tiny",
         "dtype": args.dtype,
@@ -112,6 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "params_m": sum(p.numel() for p in dec.parameters()) / 1e6,
         "torch": torch.__version__,
         "machine": platform.machine(),
+        "loadavg_1m": os.getloadavg()[0],  # the machine may be shared: figures scale with load
         "rows": rows,
         "priming": _priming(dec, args.ref_frames),
     }
