@@ -19,6 +19,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,9 +29,11 @@ from safetensors.torch import save as st_save
 
 from voxcast.errors import InvalidRequest
 
-from .codec_encoder import CodecEncoder
 from .reference_audio import load_reference_audio
 from .speaker_encoder import SpeakerEncoder, extract_xvector
+
+if TYPE_CHECKING:  # the encoder module imports transformers (Mimi): only Base models need it
+    from .codec_encoder import CodecEncoder
 
 __all__ = [
     "SCHEMA_VERSION",
