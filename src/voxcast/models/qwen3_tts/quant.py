@@ -47,6 +47,8 @@ def _layer(layer: DecoderLayer) -> None:
     att.o_proj = _int8(att.o_proj)  # type: ignore[assignment]
     mlp.gate_up_int8 = _int8(mlp.gate_proj, mlp.up_proj)
     mlp.down_proj = _int8(mlp.down_proj)  # type: ignore[assignment]
+    # The float32 originals are no longer read: free them.
+    del att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
 
 
 def quantize_int8(talker: Talker) -> None:
