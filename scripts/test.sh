@@ -18,5 +18,6 @@ python -m pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 ruff check src tests scripts handler.py worker.py
+ruff format --check src tests scripts handler.py worker.py
 python -m mypy
 python -m pytest "$@"
