@@ -71,8 +71,8 @@ def test_chunk_schedule_and_streamed_equals_offline(cv_engine: Engine) -> None:
         chunks, timing = _run(cv_engine, seed=3, max_frames=11)
     finally:
         cv_engine.keep_codes = False
-    assert [c.frames for c in chunks] == [1, 3, 3, 3, 1]
-    assert [c.seq for c in chunks] == list(range(5))
+    assert [c.frames for c in chunks] == [1, 1, 2, 3, 3, 1]  # ramped up to chunk_frames=3
+    assert [c.seq for c in chunks] == list(range(6))
     assert all(c.sample_rate == 24000 and c.pcm.dtype == np.float32 for c in chunks)
     assert all(len(c.pcm) == c.frames * 1920 for c in chunks)
     codes = torch.tensor(timing.extra["codes"])
@@ -85,7 +85,23 @@ def test_chunk_schedule_and_streamed_equals_offline(cv_engine: Engine) -> None:
 
 def test_request_chunk_sizes_override_config(cv_engine: Engine) -> None:
     chunks, _ = _run(cv_engine, greedy=True, max_frames=9, first_chunk_frames=2, chunk_frames=5)
-    assert [c.frames for c in chunks] == [2, 5, 2]
+    assert [c.frames for c in chunks] == [2, 2, 4, 1]
+
+
+def test_fixed_chunk_schedule_without_ramp(tiny_model_dir: Factory) -> None:
+    config = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")),
+        device="cpu",
+        chunk_frames=3,
+        chunk_ramp=False,
+        warmup=False,
+    )
+    engine = Engine.load(config)
+    try:
+        chunks, _ = _run(engine, greedy=True, max_frames=11)
+        assert [c.frames for c in chunks] == [1, 3, 3, 3, 1]
+    finally:
+        engine.close()
 
 
 def test_seed_reproduces_and_greedy_is_deterministic(cv_engine: Engine) -> None:

@@ -57,6 +57,9 @@ class EngineConfig:
         first_chunk_frames: frames in the first chunk (``VOXCAST_FIRST_CHUNK_FRAMES``).
         chunk_frames: frames in every later chunk (``VOXCAST_CHUNK_FRAMES``).
         max_frames_cap: cap on the per-request frame limit (``VOXCAST_MAX_FRAMES_CAP``).
+        chunk_ramp: grow chunks from the first one up to ``chunk_frames`` (1, 1, 2, 4, 4, ...), each at
+            most as long as the audio already sent, so no stall when generation keeps up
+            (``VOXCAST_CHUNK_RAMP``, on).
         warmup: run every path once at load (``VOXCAST_WARMUP``).
         threads: torch CPU threads, 0 = torch's default (``VOXCAST_THREADS``).
         max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
@@ -70,6 +73,7 @@ class EngineConfig:
     first_chunk_frames: int = DEFAULT_FIRST_CHUNK_FRAMES
     chunk_frames: int = DEFAULT_CHUNK_FRAMES
     max_frames_cap: int = DEFAULT_MAX_FRAMES_CAP
+    chunk_ramp: bool = True
     warmup: bool = True
     threads: int = 0
     max_active: int = 8
@@ -97,6 +101,7 @@ class EngineConfig:
             first_chunk_frames=int(env.get("VOXCAST_FIRST_CHUNK_FRAMES", d.first_chunk_frames)),
             chunk_frames=int(env.get("VOXCAST_CHUNK_FRAMES", d.chunk_frames)),
             max_frames_cap=int(env.get("VOXCAST_MAX_FRAMES_CAP", d.max_frames_cap)),
+            chunk_ramp=_bool(env.get("VOXCAST_CHUNK_RAMP", "1")),
             warmup=_bool(env.get("VOXCAST_WARMUP", "1")),
             threads=int(env.get("VOXCAST_THREADS", d.threads)),
             max_active=int(env.get("VOXCAST_MAX_ACTIVE", d.max_active)),

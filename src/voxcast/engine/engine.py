@@ -301,8 +301,18 @@ class Engine:
         act.samples += len(pcm)
         act.emits.append(t1)
         act.durations.append(chunk.duration_s)
-        act.target = act.stream.request.chunk_frames or self.config.chunk_frames
+        act.target = self._next_chunk_frames(act)
         act.stream._put(chunk)
+
+    def _next_chunk_frames(self, act: _Active) -> int:
+        """Frames in the next chunk: ``chunk_frames``, ramped up from the first chunk when enabled.
+
+        With the ramp each chunk is at most as long as the audio already sent (1, 1, 2, 4, 4, ...), so
+        a stream generated faster than real time never stalls a listener who starts at the first chunk;
+        a fixed 1, 4, 4 schedule stalls whenever four frames take longer than the first 80 ms.
+        """
+        size = act.stream.request.chunk_frames or self.config.chunk_frames
+        return min(size, max(1, act.frames)) if self.config.chunk_ramp else size
 
     def _finish(self, act: _Active, reason: str | None = None) -> None:
         t = act.stream.timing
