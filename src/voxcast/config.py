@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from voxcast.envvars import env_bool, env_int
+
 __all__ = ["EngineConfig", "max_frames_for_text"]
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
@@ -40,10 +42,6 @@ def max_frames_for_text(text: str, cap: int = DEFAULT_MAX_FRAMES_CAP) -> int:
     """The most frames a request for ``text`` may generate (then it is flagged as runaway)."""
     n = len("".join(text.split()))
     return max(2, min(cap, MIN_FRAMES + math.ceil(FRAMES_PER_CHAR * n)))
-
-
-def _bool(v: str) -> bool:
-    return v.strip().lower() in {"1", "true", "yes", "on"}
 
 
 @dataclass(frozen=True)
@@ -98,13 +96,13 @@ class EngineConfig:
             model=env.get("VOXCAST_MODEL", d.model),
             device=env.get("VOXCAST_DEVICE", d.device),
             dtype=env.get("VOXCAST_DTYPE", d.dtype),
-            first_chunk_frames=int(env.get("VOXCAST_FIRST_CHUNK_FRAMES", d.first_chunk_frames)),
-            chunk_frames=int(env.get("VOXCAST_CHUNK_FRAMES", d.chunk_frames)),
-            max_frames_cap=int(env.get("VOXCAST_MAX_FRAMES_CAP", d.max_frames_cap)),
-            chunk_ramp=_bool(env.get("VOXCAST_CHUNK_RAMP", "1")),
-            warmup=_bool(env.get("VOXCAST_WARMUP", "1")),
-            threads=int(env.get("VOXCAST_THREADS", d.threads)),
-            max_active=int(env.get("VOXCAST_MAX_ACTIVE", d.max_active)),
+            first_chunk_frames=env_int(env, "VOXCAST_FIRST_CHUNK_FRAMES", d.first_chunk_frames),
+            chunk_frames=env_int(env, "VOXCAST_CHUNK_FRAMES", d.chunk_frames),
+            max_frames_cap=env_int(env, "VOXCAST_MAX_FRAMES_CAP", d.max_frames_cap),
+            chunk_ramp=env_bool(env, "VOXCAST_CHUNK_RAMP", d.chunk_ramp),
+            warmup=env_bool(env, "VOXCAST_WARMUP", d.warmup),
+            threads=env_int(env, "VOXCAST_THREADS", d.threads),
+            max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
             quant=env.get("VOXCAST_QUANT", d.quant).strip().lower() or d.quant,
         )
 

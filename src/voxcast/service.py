@@ -31,6 +31,7 @@ from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import Timing
+from voxcast.envvars import env_bool, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
 from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.storage.base import BlobStore
@@ -47,10 +48,6 @@ CACHE_READ_CHUNK_BYTES = 32 * 1024
 
 _RAW_G711 = frozenset({AudioFormat.MULAW, AudioFormat.ALAW})
 """Formats streamed as raw bytes but stored as WAV files."""
-
-
-def _bool(v: str) -> bool:
-    return v.strip().lower() in {"1", "true", "yes", "on"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +72,8 @@ class ServiceConfig:
         return cls(
             engine=EngineConfig.from_env(env),
             storage=StorageConfig.from_env(env),
-            store_audio=_bool(env.get("VOXCAST_STORE_AUDIO", "1")),
-            url_expires_s=int(env.get("VOXCAST_URL_EXPIRES_S", "3600")),
+            store_audio=env_bool(env, "VOXCAST_STORE_AUDIO", True),
+            url_expires_s=env_int(env, "VOXCAST_URL_EXPIRES_S", 3600, positive=True),
         )
 
 

@@ -27,6 +27,7 @@ import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
+from voxcast.envvars import env_float, env_int
 from voxcast.serving.redis_stream import (
     DEFAULT_LIVE_TTL_S,
     DEFAULT_MAXLEN,
@@ -76,20 +77,8 @@ DEFAULT_REDIS_RETRIES = 20
 """Retries of a Redis command on connection errors (jittered backoff up to 1 s: ~10-15 s outage)."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    try:
-        return int(raw) if raw else default
-    except ValueError as e:
-        raise ValueError(f"{name}={raw!r} is not an integer") from e
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError as e:
-        raise ValueError(f"{name}={raw!r} is not a number") from e
+_int = env_int
+_float = env_float
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from voxcast.envvars import env_bool, env_int
+
 __all__ = [
     "DEFAULT_INLINE_MAX_BYTES",
     "DEFAULT_MAX_MESSAGE_AUDIO_BYTES",
@@ -31,28 +33,11 @@ most this many bytes (~5 s of 24 kHz WAV); larger files are only referenced by k
 DEFAULT_QUEUE_CHUNKS = 16
 """Chunks buffered between the engine thread and the event loop before the engine thread waits."""
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw not in _TRUE | _FALSE:
-        raise ValueError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
-    return raw in _TRUE
+_bool = env_bool
 
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = env.get(name, "").strip()
-    try:
-        value = int(raw) if raw else default
-    except ValueError as e:
-        raise ValueError(f"{name}={raw!r} is not an integer") from e
-    if not lo <= value <= hi:
-        raise ValueError(f"{name}={value} is outside [{lo}, {hi}]")
-    return value
+    return env_int(env, name, default, lo=lo, hi=hi)
 
 
 @dataclass(frozen=True)

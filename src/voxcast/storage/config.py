@@ -11,38 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from voxcast.envvars import env_bool, env_float, env_int, env_str
 from voxcast.storage.base import BlobStore
 from voxcast.storage.keys import validate_key
 from voxcast.storage.local import LocalBlobStore
 
 __all__ = ["StorageConfig", "open_store"]
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in _TRUE | _FALSE:
-        return raw in _TRUE
-    raise ValueError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
-
-
-def _num(env: Mapping[str, str], name: str, default: float, kind: type = float) -> float:
-    raw = env.get(name, "").strip()
-    try:
-        value = kind(raw) if raw else default
-    except ValueError as e:
-        raise ValueError(f"{name}={raw!r} is not a {kind.__name__}") from e
-    if value <= 0:
-        raise ValueError(f"{name} must be positive")
-    return value
-
-
-def _opt(env: Mapping[str, str], name: str) -> str | None:
-    return env.get(name, "").strip() or None
 
 
 @dataclass(frozen=True)
@@ -104,27 +78,27 @@ class StorageConfig:
         Raises:
             ValueError: a malformed value, naming its variable.
         """
-        endpoint = _opt(env, "VOXCAST_S3_ENDPOINT_URL")
-        cache_home = _opt(env, "XDG_CACHE_HOME") or "~/.cache"
+        endpoint = env_str(env, "VOXCAST_S3_ENDPOINT_URL")
+        cache_home = env_str(env, "XDG_CACHE_HOME") or "~/.cache"
         return cls(
-            bucket=_opt(env, "VOXCAST_S3_BUCKET"),
+            bucket=env_str(env, "VOXCAST_S3_BUCKET"),
             endpoint_url=endpoint,
-            region=_opt(env, "VOXCAST_S3_REGION")
-            or _opt(env, "AWS_REGION")
-            or _opt(env, "AWS_DEFAULT_REGION"),
+            region=env_str(env, "VOXCAST_S3_REGION")
+            or env_str(env, "AWS_REGION")
+            or env_str(env, "AWS_DEFAULT_REGION"),
             prefix=env.get("VOXCAST_S3_PREFIX", ""),
-            path_style=_bool(env, "VOXCAST_S3_PATH_STYLE", endpoint is not None),
-            max_attempts=int(_num(env, "VOXCAST_S3_MAX_ATTEMPTS", 4, int)),
-            connect_timeout_s=_num(env, "VOXCAST_S3_CONNECT_TIMEOUT_S", 2.0),
-            read_timeout_s=_num(env, "VOXCAST_S3_READ_TIMEOUT_S", 10.0),
-            max_pool_connections=int(_num(env, "VOXCAST_S3_MAX_POOL", 32, int)),
-            access_key_id=_opt(env, "AWS_ACCESS_KEY_ID"),
-            secret_access_key=_opt(env, "AWS_SECRET_ACCESS_KEY"),
-            session_token=_opt(env, "AWS_SESSION_TOKEN"),
-            profile=_opt(env, "AWS_PROFILE"),
-            local_dir=_opt(env, "VOXCAST_STORAGE_DIR") or f"{cache_home}/voxcast/store",
-            local_fsync=_bool(env, "VOXCAST_STORAGE_FSYNC", True),
-            voice_cache_mb=_num(env, "VOXCAST_VOICE_CACHE_MB", 256.0),
+            path_style=env_bool(env, "VOXCAST_S3_PATH_STYLE", endpoint is not None),
+            max_attempts=env_int(env, "VOXCAST_S3_MAX_ATTEMPTS", 4, positive=True),
+            connect_timeout_s=env_float(env, "VOXCAST_S3_CONNECT_TIMEOUT_S", 2.0, positive=True),
+            read_timeout_s=env_float(env, "VOXCAST_S3_READ_TIMEOUT_S", 10.0, positive=True),
+            max_pool_connections=env_int(env, "VOXCAST_S3_MAX_POOL", 32, positive=True),
+            access_key_id=env_str(env, "AWS_ACCESS_KEY_ID"),
+            secret_access_key=env_str(env, "AWS_SECRET_ACCESS_KEY"),
+            session_token=env_str(env, "AWS_SESSION_TOKEN"),
+            profile=env_str(env, "AWS_PROFILE"),
+            local_dir=env_str(env, "VOXCAST_STORAGE_DIR") or f"{cache_home}/voxcast/store",
+            local_fsync=env_bool(env, "VOXCAST_STORAGE_FSYNC", True),
+            voice_cache_mb=env_float(env, "VOXCAST_VOICE_CACHE_MB", 256.0, positive=True),
         )
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
-from voxcast.models.qwen3_tts.talker import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq
+from voxcast.models.qwen3_tts.talker import KVCache, RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 __all__ = ["CodePredictor", "Picker"]
 
@@ -29,18 +29,7 @@ class CodePredictorBackbone(nn.Module):
 
     def __init__(self, cfg: CodePredictorConfig, embedding_dim: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                cfg.hidden_size,
-                cfg.intermediate_size,
-                cfg.num_attention_heads,
-                cfg.num_key_value_heads,
-                cfg.head_dim,
-                cfg.rms_norm_eps,
-                cfg.attention_bias,
-            )
-            for _ in range(cfg.num_hidden_layers)
-        )
+        self.layers = decoder_layers(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Embeddings live in the talker's width: they are summed into the talker's next input.
         self.codec_embedding = nn.ModuleList(

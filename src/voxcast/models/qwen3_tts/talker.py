@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxcast.models.qwen3_tts.config import TalkerConfig
+from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
@@ -297,6 +297,22 @@ class DecoderLayer(nn.Module):
         self.mlp.fuse()
 
 
+def decoder_layers(cfg: TalkerConfig | CodePredictorConfig) -> nn.ModuleList:
+    """The ``num_hidden_layers`` decoder layers of a talker or code-predictor config."""
+    return nn.ModuleList(
+        DecoderLayer(
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            cfg.rms_norm_eps,
+            cfg.attention_bias,
+        )
+        for _ in range(cfg.num_hidden_layers)
+    )
+
+
 class ResizeMLP(nn.Module):
     """``text_projection``: Linear + SiLU + Linear (with biases), text width -> talker width."""
 
@@ -316,18 +332,7 @@ class TalkerBackbone(nn.Module):
         super().__init__()
         self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.text_hidden_size)
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                cfg.hidden_size,
-                cfg.intermediate_size,
-                cfg.num_attention_heads,
-                cfg.num_key_value_heads,
-                cfg.head_dim,
-                cfg.rms_norm_eps,
-                cfg.attention_bias,
-            )
-            for _ in range(cfg.num_hidden_layers)
-        )
+        self.layers = decoder_layers(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
