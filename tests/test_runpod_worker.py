@@ -23,6 +23,7 @@ from tests.fakes_runpod_control_plane import (
     running_worker,
     start_worker,
 )
+from tests.fixtures.procs import free_port
 
 pytest.importorskip("runpod")
 pytestmark = pytest.mark.slow
@@ -129,12 +130,6 @@ def test_a_failed_load_exits_non_zero_without_taking_jobs(tmp_path: Path) -> Non
         assert plane.takes == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _post_json(url: str, payload: Any, timeout_s: float) -> Any:
     req = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -142,7 +137,7 @@ def _post_json(url: str, payload: Any, timeout_s: float) -> Any:
 
 
 def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
     env.update(_worker_env(tiny_model_dir("custom_voice"), tmp_path / "store"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH")) if p)

@@ -9,13 +9,13 @@ aggregation -> attentive statistics pooling -> 1x1 conv (https://arxiv.org/abs/2
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .config import SpeakerEncoderConfig
 from .mel import MelConfig, log_mel_spectrogram
 
 __all__ = [
@@ -25,31 +25,6 @@ __all__ = [
     "random_speaker_encoder_state",
     "tiny_speaker_encoder_config",
 ]
-
-
-@dataclass(frozen=True)
-class SpeakerEncoderConfig:
-    """``speaker_encoder_config`` of the model ``config.json``; defaults as the official class."""
-
-    mel_dim: int = 128
-    enc_dim: int = 1024
-    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
-    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
-    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
-    enc_attention_channels: int = 128
-    enc_res2net_scale: int = 8
-    enc_se_channels: int = 128
-    sample_rate: int = 24000
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SpeakerEncoderConfig:
-        """Build from a parsed dict (missing keys take the official defaults, unknown are ignored)."""
-        known = {f.name for f in fields(cls)}
-        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
-        cfg = cls(**kw)
-        if not len(cfg.enc_channels) == len(cfg.enc_kernel_sizes) == len(cfg.enc_dilations):
-            raise ValueError("enc_channels, enc_kernel_sizes and enc_dilations differ in length")
-        return cfg
 
 
 def _conv(cin: int, cout: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:
