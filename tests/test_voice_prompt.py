@@ -30,7 +30,6 @@ from voxcast.models.qwen3_tts.voice_prompt import (
     InvalidVoicePrompt,
     VoicePrompt,
     build_voice_prompt,
-    content_id,
 )
 
 
@@ -131,21 +130,6 @@ def test_constructor_checks_consistency() -> None:
         VoicePrompt(torch.zeros(4), torch.zeros(3, 16, dtype=torch.long), "", None, False, "m")
     with pytest.raises(InvalidVoicePrompt):
         VoicePrompt(torch.zeros(4, 2), None, None, None, True, "m")
-
-
-def test_content_id() -> None:
-    a = content_id(b"audio", "text", False, "m1")
-    assert len(a) == 64 and a == content_id(b"audio", "text", False, "m1")
-    others = {
-        content_id(b"audio2", "text", False, "m1"),
-        content_id(b"audio", "text2", False, "m1"),
-        content_id(b"audio", "text", True, "m1"),
-        content_id(b"audio", "text", False, "m2"),
-        content_id(b"audiotext", "", False, "m1"),  # fields are length-prefixed
-    }
-    assert a not in others and len(others) == 5
-    # the text plays no part in x-vector-only mode
-    assert content_id(b"audio", "x", True, "m1") == content_id(b"audio", None, True, "m1")
 
 
 @pytest.fixture(scope="module")

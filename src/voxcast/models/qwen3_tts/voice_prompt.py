@@ -6,13 +6,11 @@ It is computed once per voice and stored; ``to_bytes`` writes safetensors (tenso
 never pickle) and ``from_bytes`` refuses anything that is not a voxcast voice prompt of this
 schema version, with :class:`InvalidVoicePrompt`.
 
-:func:`content_id` names a prompt by content (audio bytes, reference text, mode, model identity,
-schema version), so equal inputs share one stored prompt.
+Voice ids (content hashes) are made by the registry: :func:`voxcast.storage.keys.voice_id_for`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import struct
@@ -40,7 +38,6 @@ __all__ = [
     "InvalidVoicePrompt",
     "VoicePrompt",
     "build_voice_prompt",
-    "content_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -220,20 +217,6 @@ def _read_metadata(data: bytes) -> dict[str, str]:
 
 def _mode(x_vector_only: bool) -> str:
     return "x_vector_only" if x_vector_only else "icl"
-
-
-def content_id(audio: bytes, ref_text: str | None, x_vector_only: bool, model_identity: str) -> str:
-    """Content hash naming a voice prompt: sha256 hex of (schema, model, mode, text, audio bytes).
-
-    In x-vector-only mode the text plays no part (it is not used), so it is left out.
-    """
-    text = "" if x_vector_only or ref_text is None else ref_text
-    h = hashlib.sha256()
-    for part in (_FORMAT, str(SCHEMA_VERSION), model_identity, _mode(x_vector_only), text):
-        b = part.encode("utf-8")
-        h.update(struct.pack("<Q", len(b)) + b)
-    h.update(struct.pack("<Q", len(audio)) + bytes(audio))
-    return h.hexdigest()
 
 
 def build_voice_prompt(
