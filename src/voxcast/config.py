@@ -63,6 +63,13 @@ class EngineConfig:
         max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
         quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU: faster, not
             bit-exact (``VOXCAST_QUANT``).
+        prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
+            (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
+            prefill; later ones equal it up to float rounding.
+        compile: "off", "on" or "auto" (on for CUDA): torch.compile the decode steps, with CUDA
+            graphs on CUDA (``VOXCAST_COMPILE``). Not bit-exact.
+        decode_thread: decode audio on a second thread, overlapped with generating the next
+            frames (``VOXCAST_DECODE_THREAD``, on).
     """
 
     model: str = DEFAULT_MODEL
@@ -76,6 +83,9 @@ class EngineConfig:
     threads: int = 0
     max_active: int = 8
     quant: str = "none"
+    prefix_cache: bool = True
+    compile: str = "off"
+    decode_thread: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
@@ -84,6 +94,8 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.quant not in {"none", "int8"}:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
+        if self.compile not in {"off", "on", "auto"}:
+            raise ValueError(f"VOXCAST_COMPILE must be off, on or auto, not {self.compile!r}")
         for name in ("first_chunk_frames", "chunk_frames", "max_frames_cap", "max_active"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -104,7 +116,16 @@ class EngineConfig:
             threads=env_int(env, "VOXCAST_THREADS", d.threads),
             max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
             quant=env.get("VOXCAST_QUANT", d.quant).strip().lower() or d.quant,
+            prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
+            compile=env.get("VOXCAST_COMPILE", d.compile).strip().lower() or d.compile,
+            decode_thread=env_bool(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
         )
+
+    def resolved_compile(self) -> bool:
+        """Whether to torch.compile the decode steps on the resolved device."""
+        if self.compile == "auto":
+            return self.resolved_device().startswith("cuda")
+        return self.compile == "on"
 
     def resolved_device(self) -> str:
         """The torch device string this config selects on this machine."""

@@ -80,7 +80,12 @@ class Engine:
         t0 = time.perf_counter()
         dtype = torch.bfloat16 if config.resolved_dtype() == "bfloat16" else torch.float32
         model = Qwen3TTS.from_pretrained(
-            config.model, device=config.resolved_device(), dtype=dtype, quant=config.quant
+            config.model,
+            device=config.resolved_device(),
+            dtype=dtype,
+            quant=config.quant,
+            prefix_cache=config.prefix_cache,
+            compile=config.resolved_compile(),
         )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)

@@ -83,8 +83,12 @@ class Qwen3TTS:
         device: torch.device,
         dtype: torch.dtype,
         quant: str = "none",
+        prefix_cache: bool = False,
+        compile: bool = False,
     ) -> None:
         self.config = config
+        self.prefix_cache_enabled = prefix_cache
+        self.compile_enabled = compile
         self.net = net
         self.talker = net.talker
         self.quant = quant
@@ -118,6 +122,8 @@ class Qwen3TTS:
         dtype: torch.dtype = torch.float32,
         local_files_only: bool | None = None,
         quant: str = "none",
+        prefix_cache: bool = False,
+        compile: bool = False,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -128,6 +134,8 @@ class Qwen3TTS:
             local_files_only: never download (default: true when ``HF_HUB_OFFLINE=1``).
             quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU (faster,
                 not bit-exact; see :mod:`.quant`).
+            prefix_cache: reuse each voice's constant prompt prefix as cached key/value states.
+            compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -156,6 +164,8 @@ class Qwen3TTS:
             device=dev,
             dtype=dtype,
             quant=quant,
+            prefix_cache=prefix_cache,
+            compile=compile,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)
