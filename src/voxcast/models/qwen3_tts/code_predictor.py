@@ -11,12 +11,16 @@ Parameter names equal the official ``talker.code_predictor.*`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
 from voxcast.models.qwen3_tts.talker import KVCache, RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.graphs import StaticDecode
 
 __all__ = ["CodePredictor", "Picker"]
 
@@ -57,6 +61,7 @@ class CodePredictor(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
         self._caches: dict[int, list[KVCache]] = {}  # shared per-frame caches by batch size
+        self.static: StaticDecode | None = None  # compiled steps (Talker.use_static_decode)
 
     @property
     def num_codes(self) -> int:
@@ -149,7 +154,7 @@ class CodePredictor(nn.Module):
         codes: list[Tensor] = []
         embeds = [code0_embed]
         for g in range(self.num_codes):
-            h = self._forward(x, cache, start)
+            h = self.static.cp_step(self, x, cache, g) if self.static else self._forward(x, cache, start)
             start += x.shape[1]
             logits = self.lm_head[g](h)[:, -1, :]  # [B, vocab] (all rows: same matmul shape as official)
             if logits.dtype != torch.float32:

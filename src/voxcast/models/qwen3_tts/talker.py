@@ -23,6 +23,7 @@ from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
+    from voxcast.models.qwen3_tts.graphs import StaticDecode
 
 __all__ = [
     "Attention",
@@ -352,6 +353,8 @@ class Talker(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._section = cfg.mrope_section if cfg.mrope_interleaved else None
         self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
+        #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :meth:`use_static_decode`.
+        self.static: StaticDecode | None = None
 
     def text_embed(self, ids: Tensor) -> Tensor:
         """``T(ids)``: text embedding then projection. ``ids [B, L]`` -> ``[B, L, hidden]``."""
@@ -362,8 +365,13 @@ class Talker(nn.Module):
         return self.model.codec_embedding(ids)
 
     def new_cache(self, max_len: int, *, batch: int = 1) -> list[KVCache]:
-        """One preallocated :class:`KVCache` per layer, for ``max_len`` positions."""
+        """One preallocated :class:`KVCache` per layer, for ``max_len`` positions (or more: with
+        compiled steps the length is rounded up so that few graphs serve every request)."""
         c = self.cfg
+        if self.static is not None:
+            from voxcast.models.qwen3_tts.graphs import bucket
+
+            max_len = bucket(max_len)
         w = self.codec_head.weight
         return [
             KVCache(batch, c.num_key_value_heads, max_len, c.head_dim, dtype=w.dtype, device=w.device)
@@ -382,6 +390,8 @@ class Talker(nn.Module):
             ``(hidden [B, L, hidden] after the final norm, logits [B, L, vocab])``.
         """
         n = embeds.shape[1]
+        if self.static is not None and n == 1 and start > 0 and embeds.shape[0] == 1:
+            return self.static.talker_step(embeds, cache, start)
         cos, sin = self._rope(start + n, embeds)
         cos, sin = cos[start : start + n][None, None], sin[start : start + n][None, None]  # [1, 1, L, D]
         h = embeds
@@ -425,6 +435,14 @@ class Talker(nn.Module):
             cos, sin = rope_cos_sin(self.inv_freq, positions, like.dtype, self._section)
             t = self._rope_table = (cos[0], sin[0])
         return t
+
+    def use_static_decode(self, *, backend: str = "inductor", cuda_graphs: bool | None = None) -> None:
+        """Run single-stream talker steps and code-predictor steps through compiled static-shape
+        graphs (:mod:`.graphs`; CUDA graphs for the code predictor on CUDA). Not bit-exact."""
+        from voxcast.models.qwen3_tts.graphs import static_decode_for
+
+        self.static = static_decode_for(self, backend=backend, cuda_graphs=cuda_graphs)
+        self.code_predictor.static = self.static
 
     def fuse(self) -> None:
         """Fuse the projections of every transformer block (talker and code predictor)."""

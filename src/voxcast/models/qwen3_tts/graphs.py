@@ -1,0 +1,188 @@
+"""Static-shape decode steps for ``torch.compile`` and CUDA graphs (``VOXCAST_COMPILE``).
+
+The eager decode path slices each KV cache to the positions filled so far, so every step has a new
+shape. Here a step attends over the WHOLE preallocated cache with a boolean mask and writes its
+keys/values with ``index_copy_`` at a position held in a tensor, so a step's shapes never change:
+
+- **code predictor**: one frame is 15 forwards at positions 0-1, 2, ..., 15 of a 16-slot cache that
+  is shared per batch size (fixed addresses). Two graphs (2 positions, then 1), compiled with
+  ``mode="reduce-overhead"`` on CUDA: CUDA graphs replay the ~150 kernels of a step in one launch.
+- **talker**: one decode position of one stream. The cache length is rounded up to a power of two
+  (:func:`bucket`), so a handful of graphs serve every request; compiled without CUDA graphs (each
+  stream has its own cache, at its own address).
+
+Prefill and batched talker rows stay eager. Masked positions contribute exact zeros, but the fused
+kernels round differently from the eager ones, so outputs equal the eager path only up to float
+rounding (tests compare greedy codes and hidden states within a tolerance). On a CPU the full-cache
+attention reads more than the sliced one; ``VOXCAST_COMPILE=auto`` turns this on for CUDA only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.code_predictor import CodePredictor
+    from voxcast.models.qwen3_tts.talker import DecoderLayer, KVCache, Talker
+
+__all__ = ["StaticDecode", "bucket"]
+
+logger = logging.getLogger(__name__)
+
+#: Smallest talker cache length used with compiled steps; lengths are powers of two from here.
+MIN_BUCKET = 256
+
+
+def bucket(length: int) -> int:
+    """The talker cache length for ``length`` positions: the next power of two, at least 256."""
+    return max(MIN_BUCKET, 1 << max(0, length - 1).bit_length())
+
+
+def layer_step(
+    layer: DecoderLayer,
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    mask: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+) -> Tensor:
+    """One decoder block over ``x [B, L, H]`` at positions ``pos [L]`` of a whole static cache.
+
+    ``mask [L, S]`` (True = attend) hides the cache slots after each position; ``k_cache``/``v_cache``
+    ``[B, H_kv, S, D]`` are written in place.
+    """
+    att = layer.self_attn
+    b, n, _ = x.shape
+    q, k, v = att._qkv_rope(layer.input_layernorm(x), cos, sin)
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    out = F.scaled_dot_product_attention(
+        q,
+        k_cache,
+        v_cache,
+        attn_mask=mask,
+        scale=att.head_dim**-0.5,
+        enable_gqa=att.heads != att.kv_heads,
+    )
+    x = x + att.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+    return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+class StaticDecode:
+    """Compiled static-shape steps for one talker and its code predictor.
+
+    Args:
+        talker: the loaded talker (float weights; int8 modules are not traced).
+        backend: ``torch.compile`` backend ("inductor"; "eager" traces without generating code,
+            which tests use to check the static path quickly).
+        cuda_graphs: replay the code predictor's steps as CUDA graphs (CUDA devices only).
+    """
+
+    def __init__(self, talker: Talker, *, backend: str = "inductor", cuda_graphs: bool | None = None) -> None:
+        device = talker.codec_head.weight.device
+        if cuda_graphs is None:
+            cuda_graphs = device.type == "cuda"
+        if cuda_graphs and device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self.talker = talker
+        self.device = device
+        cp_mode = "reduce-overhead" if cuda_graphs and backend == "inductor" else None
+        self._cp = torch.compile(
+            self._cp_forward, backend=backend, mode=cp_mode, dynamic=False, fullgraph=True
+        )
+        self._talker = torch.compile(self._talker_forward, backend=backend, dynamic=False, fullgraph=True)
+        n = talker.code_predictor.cfg.num_code_groups
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        # Code-predictor step masks: step 0 writes positions 0-1, step g >= 1 writes position g + 1.
+        self._cp_pos = [torch.arange(0, 2, device=device)] + [
+            torch.tensor([g + 1], device=device) for g in range(1, n - 1)
+        ]
+        self._cp_mask = [causal[p] for p in self._cp_pos]
+        self._cp_rope: list[tuple[Tensor, Tensor]] = []
+        self._positions = torch.arange(bucket(1) * 64, device=device)  # grows on demand
+        logger.info("compiled static decode steps (backend=%s, cuda_graphs=%s)", backend, cuda_graphs)
+
+    # ------------------------------------------------------------------ code predictor
+
+    def _cp_forward(
+        self,
+        embeds: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        pos: Tensor,
+        mask: Tensor,
+        ks: list[Tensor],
+        vs: list[Tensor],
+    ) -> Tensor:
+        cp = self.talker.code_predictor
+        h = cp.small_to_mtp_projection(embeds)
+        for layer, k, v in zip(cp.model.layers, ks, vs, strict=True):
+            h = layer_step(layer, h, cos, sin, pos, mask, k, v)  # type: ignore[arg-type]
+        return cp.model.norm(h)
+
+    def cp_step(self, cp: CodePredictor, embeds: Tensor, cache: list[KVCache], step: int) -> Tensor:
+        """Normed hidden states ``[B, L, hidden]`` of intra-frame step ``step`` (0..14)."""
+        if not self._cp_rope:
+            for p in self._cp_pos:
+                cos, sin = cp._rope(int(p[0]), len(p), embeds.dtype, embeds.device)
+                self._cp_rope.append((cos, sin))
+        cos, sin = self._cp_rope[step]
+        out = self._cp(
+            embeds,
+            cos,
+            sin,
+            self._cp_pos[step],
+            self._cp_mask[step],
+            [c.k for c in cache],
+            [c.v for c in cache],
+        )
+        return out.clone() if self.device.type == "cuda" else out  # CUDA graph outputs are reused
+
+    # ------------------------------------------------------------------ talker
+
+    def _talker_forward(
+        self,
+        embeds: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        pos: Tensor,
+        mask: Tensor,
+        ks: list[Tensor],
+        vs: list[Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        t = self.talker
+        h = embeds
+        for layer, k, v in zip(t.model.layers, ks, vs, strict=True):
+            h = layer_step(layer, h, cos, sin, pos, mask, k, v)  # type: ignore[arg-type]
+        h = t.model.norm(h)
+        return h, t.codec_head(h)
+
+    def talker_step(self, embeds: Tensor, cache: list[KVCache], start: int) -> tuple[Tensor, Tensor]:
+        """One decode position of one stream: ``(hidden [1, 1, H], logits [1, 1, vocab])``."""
+        size = cache[0].max_len
+        if self._positions.shape[0] < size:
+            self._positions = torch.arange(size, device=self.device)
+        positions = self._positions[:size]
+        pos = positions[start : start + 1]
+        mask = (positions <= start)[None, :]  # [1, S]
+        cos_t, sin_t = self.talker._rope(start + 1, embeds)
+        cos, sin = cos_t[pos][None, None], sin_t[pos][None, None]  # [1, 1, 1, D]
+        return self._talker(embeds, cos, sin, pos, mask, [c.k for c in cache], [c.v for c in cache])
+
+
+def static_decode_for(talker: Talker, **kwargs: Any) -> StaticDecode:
+    """Build :class:`StaticDecode` for a talker with float weights.
+
+    Raises:
+        ValueError: the talker has int8 weights (``quant=int8``): those modules are not compiled.
+    """
+    if any(getattr(layer.self_attn, "qkv_int8", None) is not None for layer in talker.model.layers):
+        raise ValueError("compile works on float weights; it cannot be combined with quant=int8")
+    return StaticDecode(talker, **kwargs)
