@@ -89,6 +89,56 @@ def _prompt(model: Any) -> Any:
     return model.build_prompt(TEXT, speaker=model.speakers[0], language="english")
 
 
+def teacher_forced_agreement(model: Any, prompt: Any, codes: list[list[int]]) -> dict[str, float]:
+    """Top-1 agreement of ``model`` with reference greedy ``codes``, every choice made on the reference history.
+
+    Free-running codes stop agreeing at the first differing choice (on random weights, whose logits are
+    nearly flat, that is the first frame), which says little about how often the two models choose
+    alike. Here both see the same history: the talker runs once over the prompt plus the reference
+    frames, the code predictor once per reference frame, and each greedy choice (the talker's with its
+    repetition penalty and masks, on the reference history) is compared with the reference code.
+    """
+    import torch
+
+    from voxcast.models.qwen3_tts.sampling import SamplerSettings, TalkerSampler
+
+    t = model.talker
+    cp = t.code_predictor
+    ref = torch.tensor(codes, dtype=torch.long)  # [N, 16]
+    n, length = ref.shape[0], prompt.length
+    with torch.inference_mode():
+        code0 = t.codec_embed(ref[:, :1])  # [N, 1, H]
+        frames = cp.frame_embed(code0, ref[:, 1:])  # [N, 1, H]
+        steps = [prompt.embeds]
+        for j in range(n - 1):
+            text = prompt.trailing[:, j : j + 1] if j < prompt.trailing.shape[1] else prompt.pad
+            steps.append(frames[j : j + 1] + text)
+        embeds = torch.cat(steps, dim=1)
+        hidden, logits = t(embeds, t.new_cache(embeds.shape[1]), 0)
+        cfg = t.cfg
+        sampler = TalkerSampler(
+            cfg.vocab_size, cfg.codec_eos_token_id, SamplerSettings(greedy=True), torch.Generator()
+        )
+        talker_hits = cp_hits = 0
+        for j in range(n):
+            want = int(ref[j, 0])
+            talker_hits += int(sampler.scores(logits[:, length - 1 + j].float()).argmax(-1).item() == want)
+            sampler._seen[0, want] = True
+            sampler.samples += 1
+            parts = [hidden[:, length - 1 + j : length + j], code0[j : j + 1]]
+            parts += [
+                cp.model.codec_embedding[g](ref[j : j + 1, g + 1 : g + 2]) for g in range(cp.num_codes - 1)
+            ]
+            out = cp._forward(torch.cat(parts, dim=1), cp.new_cache(), 0)  # [1, 16, cp_hidden]
+            for g in range(cp.num_codes):
+                cp_hits += int(cp.lm_head[g](out[:, g + 1]).argmax(-1).item() == int(ref[j, g + 1]))
+    return {
+        "talker_top1": talker_hits / n,
+        "code_predictor_top1": cp_hits / (n * cp.num_codes),
+        "all_top1": (talker_hits + cp_hits) / (n * (1 + cp.num_codes)),
+    }
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -133,6 +183,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             code_predictor_ms=(gen.code_predictor_s - t_cp) / max(n, 1) * 1000,
             codes=codes,
         )
+        if args.ref_codes:
+            ref = json.loads(Path(args.ref_codes).read_text())
+            out["teacher_forced"] = teacher_forced_agreement(model, prompt, ref)
         return out
     from voxcast.models.qwen3_tts.generator import step_many
 
@@ -197,11 +250,14 @@ def _run(
     streams: int = 1,
     quant: str = "none",
     batched: bool = False,
+    ref_codes: Path | None = None,
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
     if batched:
         cmd.append("--batched")
+    if ref_codes is not None:
+        cmd += ["--ref-codes", str(ref_codes)]
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -228,6 +284,7 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--ref-codes", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
@@ -245,7 +302,11 @@ def main() -> None:
     for rep in range(args.reps):
         bw.append(bandwidth(args.threads))
         for name, (src, quant) in variants.items():
-            r = _run(src, model, args, quant=quant)
+            ref = None
+            if quant != "none" and rep == 0 and args.greedy:  # fp32 greedy codes as the reference
+                ref = Path(tmp.name) / "ref-codes.json"
+                ref.write_text(json.dumps(rows["current"][0]["codes"]))
+            r = _run(src, model, args, quant=quant, ref_codes=ref)
             rows[name].append(r)
             print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
     gbps = statistics.median(bw)
@@ -287,7 +348,16 @@ def main() -> None:
         agree = sum(flat) / max(len(flat), 1)
         first = next((i for i, (fa, fb) in enumerate(zip(a, b, strict=False)) if fa != fb), None)
         result["quant_agreement"] = {"code_agreement": agree, "first_divergent_frame": first}
-        print(f"{args.quant} vs fp32 codes: agreement {agree:.3f}, first divergent frame {first}")
+        print(
+            f"{args.quant} vs fp32 codes, free-running: agreement {agree:.3f}, first divergent frame {first}"
+        )
+        tf = rows[args.quant][0].get("teacher_forced")
+        if tf:
+            result["quant_agreement"]["teacher_forced"] = tf
+            print(
+                f"{args.quant} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
+                f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
+            )
     if args.streams:
         result["batched"] = []
         base_fps = None
