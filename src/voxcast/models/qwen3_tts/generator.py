@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt
 from voxcast.models.qwen3_tts.sampling import CodeSampler, SamplerSettings, TalkerSampler, make_generator
 from voxcast.models.qwen3_tts.talker import Talker
@@ -37,6 +38,8 @@ class FrameGenerator:
         finish_reason: None while running, then "eos" or "max_frames".
         seed: the seed of this stream's random generator (drawn at random when none was given).
         prefill_s, talker_s, code_predictor_s: cumulative wall time of each part (seconds).
+        prefix_hit: whether the prefill reused cached prefix keys/values (see :mod:`.prefix_cache`).
+        prefix_positions: prompt positions the prefill skipped thanks to that (0 on a miss).
     """
 
     def __init__(
@@ -46,12 +49,14 @@ class FrameGenerator:
         settings: SamplerSettings,
         max_frames: int,
         seed: int | None = None,
+        prefix_cache: PrefixKVCache | None = None,
     ) -> None:
         if max_frames < 0:
             raise ValueError("max_frames must be >= 0")
         self.talker = talker
         self.prompt = prompt
         self.max_frames = max_frames
+        self._prefix_cache = prefix_cache
         device = talker.codec_head.weight.device
         gen, self.seed = make_generator(seed, device)
         cfg = talker.cfg
@@ -70,6 +75,8 @@ class FrameGenerator:
         self.prefill_s = 0.0
         self.talker_s = 0.0
         self.code_predictor_s = 0.0
+        self.prefix_hit = False
+        self.prefix_positions = 0
 
     @property
     def done(self) -> bool:
@@ -78,12 +85,24 @@ class FrameGenerator:
 
     @torch.inference_mode()
     def prefill(self) -> None:
-        """Run the prompt through the talker and draw the first frame's code 0."""
+        """Run the prompt through the talker and draw the first frame's code 0.
+
+        With a prefix cache: on a hit, the cached prefix keys/values are copied in and only positions
+        ``[prefix_len, L)`` run; on a miss, the one-pass prefill runs and its prefix is stored.
+        """
         if self._code0 is not None:
             raise RuntimeError("prefill() was already called")
         t0 = time.perf_counter()
-        hidden, logits = self.talker(self.prompt.embeds, self._cache, 0)
-        self._pos = self.prompt.length
+        p, store = self.prompt, self._prefix_cache
+        key = p.prefix_key if store is not None else None
+        if store is not None and key is not None and store.load(key, p.prefix_len, self._cache):
+            self.prefix_hit, self.prefix_positions = True, p.prefix_len
+            hidden, logits = self.talker(p.embeds[:, p.prefix_len :], self._cache, p.prefix_len)
+        else:
+            hidden, logits = self.talker(p.embeds, self._cache, 0)
+            if store is not None and key is not None:
+                store.store(key, p.prefix_len, self._cache)
+        self._pos = p.length
         self._hidden = hidden[:, -1:]
         self._code0 = self._talker_pick(logits[:, -1, :].to(torch.float32))
         self.prefill_s += time.perf_counter() - t0

@@ -37,6 +37,7 @@ from voxcast.models.qwen3_tts.checkpoint import (
 from voxcast.models.qwen3_tts.codec_decoder import StreamingDecoder, load_codec_decoder
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
+from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
@@ -66,6 +67,8 @@ class Qwen3TTS:
         samples_per_frame: 1920 (12.5 frames per second).
         config: the parsed ``config.json``.
         load_s: seconds spent in :meth:`from_pretrained`.
+        prefix_cache_enabled: new generators reuse cached prefix keys/values (settable).
+        prefix_kv: the per-voice prefix KV store (:mod:`.prefix_cache`; hit/miss counters).
     """
 
     sample_rate = 24000
@@ -110,7 +113,9 @@ class Qwen3TTS:
         self.speakers = config.speakers
         self.languages = config.languages
         self.load_s = 0.0
-        self._prompts = PromptBuilder(config, self.talker, tokenizer)
+        scope = f"{identity}|{dtype}|{quant}|{device}"
+        self._prompts = PromptBuilder(config, self.talker, tokenizer, cache_scope=scope)
+        self.prefix_kv = PrefixKVCache()
         self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
 
     @classmethod
@@ -239,9 +244,17 @@ class Qwen3TTS:
     # ------------------------------------------------------------------ generation
 
     def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
-        """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random)."""
+        """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random).
+
+        With :attr:`prefix_cache_enabled` its prefill reuses (or fills) :attr:`prefix_kv`.
+        """
         return FrameGenerator(
-            self.talker, prompt, SamplerSettings.from_params(sampling), max_frames, seed=sampling.seed
+            self.talker,
+            prompt,
+            SamplerSettings.from_params(sampling),
+            max_frames,
+            seed=sampling.seed,
+            prefix_cache=self.prefix_kv if self.prefix_cache_enabled else None,
         )
 
     def step_many(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:

@@ -17,10 +17,16 @@ Tensors are computed in the same pieces as the official implementation (same row
 call), so the prefill is bitwise equal to the official one. The part that depends only on the voice
 and language (role, tags, speaker slot) and the reference-frame embeddings of a cloned voice are
 cached per voice.
+
+Each prompt also names its constant leading positions for the prefix KV cache
+(:mod:`.prefix_cache`): ``prefix_len`` positions (instruct block, role, tags, speaker slot,
+``T(tts_bos)+C(pad)``, and for an ICL voice the positions whose text track is reference text)
+and ``prefix_key``, a digest of everything those positions are computed from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -70,6 +76,12 @@ class Prompt:
     text_tokens: int
     #: The cloned voice (ICL: its reference codes prime the codec decoder), else None.
     voice: VoiceLike | None = None
+    #: Leading positions that depend only on model, voice, speaker, language, instruct (and for an
+    #: ICL voice the text mode), never on the text; always < :attr:`length`. 0: nothing cacheable.
+    prefix_len: int = 0
+    #: Digest naming those positions' inputs and the model (identity, dtype, quant, device); None
+    #: when ``prefix_len`` is 0.
+    prefix_key: str | None = None
 
     @property
     def length(self) -> int:
@@ -90,10 +102,17 @@ def _instruct_template(text: str) -> str:
 
 
 class PromptBuilder:
-    """Builds :class:`Prompt` objects for one loaded model (not thread-safe: one engine thread)."""
+    """Builds :class:`Prompt` objects for one loaded model (not thread-safe: one engine thread).
 
-    def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer: TextTokenizer) -> None:
+    Args:
+        cache_scope: names the model in every ``prefix_key`` (identity, dtype, quant, device).
+    """
+
+    def __init__(
+        self, config: Qwen3TTSConfig, talker: Talker, tokenizer: TextTokenizer, *, cache_scope: str = ""
+    ) -> None:
         self.config = config
+        self.cache_scope = cache_scope
         self.talker = talker
         self.tokenizer = tokenizer
         self._prefix: OrderedDict[tuple[object, ...], tuple[VoiceLike | None, Tensor]] = OrderedDict()
@@ -193,14 +212,24 @@ class PromptBuilder:
         if ids.shape[1] < 9:
             raise InvalidRequest("text produced no tokens", field="text")
         _, eos, pad = self._special_embeds()
-        prefix = self._prefix_embeds(ids, spk, voice, self._language_id(lang, spk))
+        lang_id = self._language_id(lang, spk)
+        prefix = self._prefix_embeds(ids, spk, voice, lang_id)
         parts = []
-        if instruct and instruct.strip():
-            parts.append(self.talker.text_embed(self._ids(_instruct_template(instruct))))
+        instruct_ids = self._ids(_instruct_template(instruct)) if instruct and instruct.strip() else None
+        if instruct_ids is not None:
+            parts.append(self.talker.text_embed(instruct_ids))
         parts.append(prefix)
+        n_const = sum(p.shape[1] for p in parts)
+        key: list[object] = [self.cache_scope, instruct_ids, ids[:, :3], spk, lang_id]
+        if voice is not None:
+            key.append(voice.x_vector if spk is None else None)
         if voice is not None and voice.ref_codes is not None:
-            icl, trailing = self._icl(ids, voice, pad, eos, non_streaming)
+            ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
+            icl, trailing = self._icl(ids, ref_ids, voice, pad, eos, non_streaming)
             parts.append(icl)
+            n_ref = ref_ids.shape[1]  # positions whose text track is reference text
+            n_const += n_ref if non_streaming else min(n_ref, voice.ref_codes.shape[0] + 1)
+            key += [ref_ids, voice.ref_codes, non_streaming]
             mode = "clone_icl"
         else:
             last_codec = self._codec([[self.config.talker.codec_bos_id]])
@@ -214,7 +243,19 @@ class PromptBuilder:
                 parts.append(self.talker.text_embed(ids[:, 3:4]) + last_codec)
                 trailing = torch.cat((self.talker.text_embed(ids[:, 4:-5]), eos), dim=1)
             mode = "clone_xvector" if voice is not None else self.config.tts_model_type
-        return Prompt(torch.cat(parts, dim=1), trailing, pad, mode, int(ids.shape[1]) - 8, voice)
+        embeds = torch.cat(parts, dim=1)
+        prefix_len = min(n_const, embeds.shape[1] - 1)  # at least one position left to prefill
+        prefix_key = _digest(*key, prefix_len) if prefix_len > 0 else None
+        return Prompt(
+            embeds,
+            trailing,
+            pad,
+            mode,
+            int(ids.shape[1]) - 8,
+            voice,
+            prefix_len=prefix_len,
+            prefix_key=prefix_key,
+        )
 
     def _device(self) -> torch.device:
         return self.talker.codec_head.weight.device
@@ -290,9 +331,8 @@ class PromptBuilder:
         return out
 
     def _icl(
-        self, ids: Tensor, voice: VoiceLike, pad: Tensor, eos: Tensor, non_streaming: bool
+        self, ids: Tensor, ref_ids: Tensor, voice: VoiceLike, pad: Tensor, eos: Tensor, non_streaming: bool
     ) -> tuple[Tensor, Tensor]:
-        ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
         text = torch.cat((self.talker.text_embed(torch.cat((ref_ids, ids[:, 3:-5]), dim=-1)), eos), dim=1)
         codec = self._ref_codec_embeds(voice)
         n_text, n_codec = text.shape[1], codec.shape[1]
@@ -310,3 +350,17 @@ class PromptBuilder:
         cache.move_to_end(key)
         while len(cache) > PREFIX_CACHE_SIZE:
             cache.popitem(last=False)
+
+
+def _digest(*parts: object) -> str:
+    """sha256 of ``parts`` (str, int, bool, None, or tensors by dtype, shape and bytes), hex."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, Tensor):
+            t = p.detach().to("cpu").contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(p.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{type(p).__name__}:{p!r}".encode())
+        h.update(b"\0")
+    return h.hexdigest()
