@@ -151,10 +151,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.quant != "none":
         kw["quant"] = args.quant
     model = Qwen3TTS.from_pretrained(args.model, **kw)
+    out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     prompt = _prompt(model)
+    if args.compile:
+        t0 = time.perf_counter()
+        model.talker.use_static_decode()
+        gen = model.new_generator(prompt, SamplingParams(seed=5, greedy=args.greedy), max_frames=3)
+        while gen.step() is not None:  # compile every graph (talker step, both code-predictor steps)
+            pass
+        out["compile_s"] = time.perf_counter() - t0
     sampling = SamplingParams(seed=5, greedy=args.greedy)
     warm = 2
-    out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     streams = int(args.streams or 1)
     if not args.batched:
         gen = model.new_generator(prompt, sampling, max_frames=args.frames + warm)
@@ -251,6 +258,7 @@ def _run(
     quant: str = "none",
     batched: bool = False,
     ref_codes: Path | None = None,
+    compile: bool = False,
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -258,6 +266,8 @@ def _run(
         cmd.append("--batched")
     if ref_codes is not None:
         cmd += ["--ref-codes", str(ref_codes)]
+    if compile:
+        cmd.append("--compile")
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -281,6 +291,9 @@ def main() -> None:
     p.add_argument("--quant", default="none", help="also time this weight quantization (int8)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--greedy", action="store_true")
+    p.add_argument(
+        "--compile", action="store_true", help="also time compiled static-shape steps (VOXCAST_COMPILE)"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -292,6 +305,8 @@ def main() -> None:
     model = checkpoint(args.size)
     cur = ROOT / "src"
     variants: dict[str, tuple[Path, str]] = {"current": (cur, "none")}
+    if args.compile:
+        variants["compiled"] = (cur, "none")
     tmp = tempfile.TemporaryDirectory()
     if args.baseline:
         variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none"), **variants}
@@ -306,7 +321,10 @@ def main() -> None:
             if quant != "none" and rep == 0 and args.greedy:  # fp32 greedy codes as the reference
                 ref = Path(tmp.name) / "ref-codes.json"
                 ref.write_text(json.dumps(rows["current"][0]["codes"]))
-            r = _run(src, model, args, quant=quant, ref_codes=ref)
+            if name == "compiled" and rep == 0 and args.greedy:
+                ref = Path(tmp.name) / "ref-codes.json"
+                ref.write_text(json.dumps(rows["current"][0]["codes"]))
+            r = _run(src, model, args, quant=quant, ref_codes=ref, compile=name == "compiled")
             rows[name].append(r)
             print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
     gbps = statistics.median(bw)
@@ -358,6 +376,16 @@ def main() -> None:
                 f"{args.quant} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
                 f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
             )
+    if "compiled" in rows:
+        ratio = result["variants"]["current"]["frame_ms"] / result["variants"]["compiled"]["frame_ms"]
+        comp = {"speedup": ratio, "compile_s": _median(rows["compiled"], "compile_s")}
+        tf = rows["compiled"][0].get("teacher_forced")
+        if tf:
+            comp["teacher_forced"] = tf
+        result["compiled"] = comp
+        print(
+            f"compiled static steps: {ratio:.2f}x per frame, compile {comp['compile_s']:.1f} s; agreement {tf}"
+        )
     if args.streams:
         result["batched"] = []
         base_fps = None
