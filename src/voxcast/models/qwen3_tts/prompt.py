@@ -220,9 +220,8 @@ class PromptBuilder:
             parts.append(self.talker.text_embed(instruct_ids))
         parts.append(prefix)
         n_const = sum(p.shape[1] for p in parts)
-        key: list[object] = [self.cache_scope, instruct_ids, ids[:, :3], spk, lang_id]
-        if voice is not None:
-            key.append(voice.x_vector if spk is None else None)
+        x_vector = voice.x_vector if voice is not None else None
+        key: list[object] = [self.cache_scope, instruct_ids, ids[:, :3], spk, lang_id, x_vector]
         if voice is not None and voice.ref_codes is not None:
             ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
             icl, trailing = self._icl(ids, ref_ids, voice, pad, eos, non_streaming)
@@ -232,16 +231,8 @@ class PromptBuilder:
             key += [ref_ids, voice.ref_codes, non_streaming]
             mode = "clone_icl"
         else:
-            last_codec = self._codec([[self.config.talker.codec_bos_id]])
-            if non_streaming:
-                body = ids[:, 3:-5]
-                codec_pad = self._codec([[self.config.talker.codec_pad_id] * (body.shape[1] + 1)])
-                parts.append(torch.cat((self.talker.text_embed(body), eos), dim=1) + codec_pad)
-                parts.append(pad + last_codec)
-                trailing = pad
-            else:
-                parts.append(self.talker.text_embed(ids[:, 3:4]) + last_codec)
-                trailing = torch.cat((self.talker.text_embed(ids[:, 4:-5]), eos), dim=1)
+            block, trailing = self._text_block(ids, pad, eos, non_streaming)
+            parts.append(block)
             mode = "clone_xvector" if voice is not None else self.config.tts_model_type
         embeds = torch.cat(parts, dim=1)
         prefix_len = min(n_const, embeds.shape[1] - 1)  # at least one position left to prefill
@@ -256,6 +247,19 @@ class PromptBuilder:
             prefix_len=prefix_len,
             prefix_key=prefix_key,
         )
+
+    def _text_block(
+        self, ids: Tensor, pad: Tensor, eos: Tensor, non_streaming: bool
+    ) -> tuple[Tensor, Tensor]:
+        """The text positions of a non-ICL prompt and its trailing text (see the module docstring)."""
+        last_codec = self._codec([[self.config.talker.codec_bos_id]])
+        if non_streaming:
+            body = ids[:, 3:-5]
+            codec_pad = self._codec([[self.config.talker.codec_pad_id] * (body.shape[1] + 1)])
+            text = torch.cat((self.talker.text_embed(body), eos), dim=1) + codec_pad
+            return torch.cat((text, pad + last_codec), dim=1), pad
+        trailing = torch.cat((self.talker.text_embed(ids[:, 4:-5]), eos), dim=1)
+        return self.talker.text_embed(ids[:, 3:4]) + last_codec, trailing
 
     def _device(self) -> torch.device:
         return self.talker.codec_head.weight.device
