@@ -106,6 +106,8 @@ class StaticDecode:
         ]
         self._cp_mask = [causal[p] for p in self._cp_pos]
         self._cp_rope: list[tuple[Tensor, Tensor]] = []
+        self._cuda_graphs = cp_mode is not None
+        self._static_ids: set[int] = set()  # tensors already marked as fixed graph inputs
         self._positions = torch.arange(bucket(1) * 64, device=device)  # grows on demand
         logger.info("compiled static decode steps (backend=%s, cuda_graphs=%s)", backend, cuda_graphs)
 
@@ -134,6 +136,13 @@ class StaticDecode:
                 cos, sin = cp._rope(int(p[0]), len(p), embeds.dtype, embeds.device)
                 self._cp_rope.append((cos, sin))
         cos, sin = self._cp_rope[step]
+        if self._cuda_graphs and id(cache[0].k) not in self._static_ids:
+            # The shared per-batch-size caches live at fixed addresses: mark them (and the step
+            # tables) static so that CUDA graphs update them in place instead of copying them.
+            tables = [t for pair in self._cp_rope for t in pair] + self._cp_pos + self._cp_mask
+            for t in [c.k for c in cache] + [c.v for c in cache] + tables:
+                torch._dynamo.mark_static_address(t)
+                self._static_ids.add(id(t))
         out = self._cp(
             embeds,
             cos,
