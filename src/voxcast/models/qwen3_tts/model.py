@@ -103,6 +103,8 @@ class Qwen3TTS:
             self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
         else:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
+        if compile:
+            self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
