@@ -119,3 +119,23 @@ def test_cuda_graphs_keep_greedy_codes(checkpoint: str) -> None:
     want, got = _codes(eager, frames=10), _codes(compiled, frames=10)
     agree = sum(a == b for fa, fb in zip(want, got, strict=True) for a, b in zip(fa, fb, strict=True))
     assert agree / (16 * len(want)) >= 0.9
+
+
+def test_compile_option_parsing() -> None:
+    from voxcast.config import EngineConfig
+
+    assert not EngineConfig.from_env({}).resolved_compile()
+    auto = EngineConfig.from_env({"VOXCAST_COMPILE": "auto", "VOXCAST_DEVICE": "cpu"})
+    assert not auto.resolved_compile()  # auto = CUDA only
+    assert EngineConfig.from_env({"VOXCAST_COMPILE": "ON"}).resolved_compile()
+    with pytest.raises(ValueError, match="VOXCAST_COMPILE"):
+        EngineConfig.from_env({"VOXCAST_COMPILE": "fast"})
+    env = {"VOXCAST_PREFIX_CACHE": "0", "VOXCAST_DECODE_THREAD": "off"}
+    cfg = EngineConfig.from_env(env)
+    assert not cfg.prefix_cache and not cfg.decode_thread
+
+
+def test_model_compile_flag_enables_static_steps(checkpoint: str) -> None:
+    model = Qwen3TTS.from_pretrained(checkpoint, compile=True)
+    assert model.talker.static is not None
+    assert model.talker.code_predictor.static is model.talker.static
