@@ -6,6 +6,9 @@ new requests (prompt + prefill, alone; at most one per round while others are de
 streams stall by about one prefill) and advances every active request by one frame per round in one
 batched step (continuous batching: the talker and code predictor read their weights once for all
 rows), so concurrent users share the cost of a frame instead of queueing behind each other.
+Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with
+``config.decode_thread`` the codec decodes them on a second thread while the scheduler generates the
+next frames; a stream ends only after its last chunk was decoded and delivered.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 
 from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.chunks import AudioChunk
+from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import playback_stalls
@@ -32,11 +36,21 @@ __all__ = ["Engine"]
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.25
+# Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
+# bench_decode_threads.py, 2 cores, codec on the decode thread against matrix-vector "generation"
+# on this one): with 1 thread each generation step took ~4x longer (its 2-thread OpenMP team waits on
+# a core the single decode thread never yields), the whole run 3.6x.
+_DECODE_TORCH_THREADS = 0
 
 
 @dataclass
 class _Active:
-    """Scheduler-side state of one admitted request."""
+    """State of one admitted request.
+
+    The scheduler thread owns ``pending``, ``target``, ``frames`` and ``codes``; the decode jobs
+    (decode thread, or inline) own ``decoder``, ``seq``, ``samples``, ``codec_s``, ``emits`` and
+    ``durations``. ``failed`` is set once by whichever side fails the stream; both then skip it.
+    """
 
     stream: SynthesisStream
     generator: Any
@@ -51,6 +65,12 @@ class _Active:
     emits: list[float] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     codes: list[torch.Tensor] = field(default_factory=list)
+    failed: bool = False
+
+    def fail(self, exc: BaseException) -> None:
+        """End the stream with ``exc``; later chunks and the end of this request are skipped."""
+        self.failed = True
+        self.stream._fail(exc)
 
 
 class Engine:
@@ -66,6 +86,7 @@ class Engine:
         self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
         self._active: list[_Active] = []
         self._stopping = threading.Event()
+        self._decode = DecodeStage(config.decode_thread, _DECODE_TORCH_THREADS)
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
         self._thread.start()
 
@@ -108,12 +129,13 @@ class Engine:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stopping.is_set()
+        return self._thread.is_alive() and not self._stopping.is_set() and self._decode.alive
 
     def close(self) -> None:
-        """Stop the scheduler; streams still running end with EngineUnavailable."""
+        """Stop the scheduler and the decode thread; streams still running end with EngineUnavailable."""
         self._stopping.set()
         self._thread.join(timeout=10)
+        self._decode.join(timeout=10)
 
     # -- public API ------------------------------------------------------------------------------
     def synthesize(self, request: SynthesisRequest | dict[str, Any], voice: Any = None) -> SynthesisStream:
@@ -192,12 +214,13 @@ class Engine:
             self._stopping.set()
             err = EngineUnavailable("the engine stopped")
             for act in self._active:
-                act.stream._fail(err)
+                act.fail(err)
             while True:
                 try:
                     self._pending.get_nowait()._fail(err)
                 except queue.Empty:
                     break
+            self._decode.stop()  # streams that already ended generating still get their last chunks
 
     def _admit(self) -> None:
         while len(self._active) < self.config.max_active:
@@ -248,7 +271,9 @@ class Engine:
         """One frame for every active request, in one batched model step."""
         acts = []
         for act in list(self._active):
-            if act.stream.cancelled:
+            if act.failed:  # its decode failed on the decode thread: the stream has the error
+                self._active.remove(act)
+            elif act.stream.cancelled:
                 self._active.remove(act)
                 self._finish_cancelled(act.stream, act)
             else:
@@ -261,7 +286,7 @@ class Engine:
             log.exception("batched step failed (%d requests)", len(acts))
             for act in acts:
                 self._active.remove(act)
-                act.stream._fail(e)
+                act.fail(e)
             return
         for act, codes in zip(acts, frames, strict=True):
             self._advance(act, codes)
@@ -288,13 +313,31 @@ class Engine:
             log.exception("request %s failed", act.stream.timing.request_id)
             if act in self._active:
                 self._active.remove(act)
-            act.stream._fail(e)
+            act.fail(e)
 
     def _emit(self, act: _Active) -> None:
-        codes = torch.stack(act.pending)  # [T, 16]
+        """Hand the pending frames to the decode stage as one chunk.
+
+        A stream's first chunk is decoded here, on the scheduler thread, at once and with the cores
+        to itself, because time to first audio matters most; later chunks overlap the next frames.
+        That stalls other streams by one one-frame decode when a stream starts (they already wait
+        for its prefill). Measured on a tiny talker with the full-size codec (5 runs, medians): TTFA
+        392 ms with the first chunk on the decode thread, 354 ms here, 336 ms with no decode thread.
+        """
+        codes = torch.stack(act.pending)  # [T, 16]: a copy, so the decode may run later
         if self.keep_codes:
             act.codes.append(codes)
         act.pending = []
+        act.target = self._next_chunk_frames(act)
+        if act.frames == codes.shape[0]:  # the first chunk
+            self._decode_chunk(act, codes)
+        else:
+            self._decode.run(lambda: self._decode_chunk(act, codes), act.fail)
+
+    def _decode_chunk(self, act: _Active, codes: torch.Tensor) -> None:
+        """Decode one chunk and deliver it (decode stage; skipped once the stream failed)."""
+        if act.failed or (self._decode.threaded and act.stream.cancelled):
+            return
         t0 = time.perf_counter()
         pcm = np.asarray(act.decoder.decode(codes), dtype=np.float32)
         t1 = time.perf_counter()
@@ -306,7 +349,6 @@ class Engine:
         act.samples += len(pcm)
         act.emits.append(t1)
         act.durations.append(chunk.duration_s)
-        act.target = self._next_chunk_frames(act)
         act.stream._put(chunk)
 
     def _next_chunk_frames(self, act: _Active) -> int:
@@ -320,6 +362,12 @@ class Engine:
         return min(size, max(1, act.frames)) if self.config.chunk_ramp else size
 
     def _finish(self, act: _Active, reason: str | None = None) -> None:
+        """End the request once its chunks are out: queued behind them on the decode stage."""
+        self._decode.run(lambda: self._complete(act, reason), act.fail)
+
+    def _complete(self, act: _Active, reason: str | None) -> None:
+        if act.failed:
+            return
         t = act.stream.timing
         gen = act.generator
         t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
