@@ -16,6 +16,7 @@ from voxcast.models.qwen3_tts.codec_decoder import (
     load_codec_decoder,
     write_random_speech_tokenizer,
 )
+from voxcast.models.qwen3_tts.codec_layers import CausalConv
 
 TOL = 1e-5
 
@@ -166,14 +167,55 @@ def test_random_tokenizer_is_deterministic_and_loads_strictly(tmp_path: Path, to
     load_codec_decoder(again)  # strict load
 
 
-def test_codebook_tables_follow_weight_changes(tokenizer_dir: Path) -> None:
-    dec = load_codec_decoder(tokenizer_dir)
+@pytest.mark.parametrize(
+    "param",
+    [
+        "quantizer.rvq_first.vq.layers.0._codebook.embedding_sum",
+        "quantizer.rvq_rest.output_proj.weight",
+        "pre_transformer.layers.0.self_attn.k_proj.weight",
+        "pre_transformer.layers.1.mlp_layer_scale.scale",
+        "upsample.0.1.gamma",
+        "decoder.1.block.2.act1.alpha",
+    ],
+)
+def test_folded_weights_follow_weight_changes(tokenizer_dir: Path, param: str) -> None:
+    """Tables and fused weights computed once from the parameters are rebuilt when one changes."""
+    dec = load_codec_decoder(tokenizer_dir)  # folds at load
     codes = _codes(6, 10)
+    with torch.no_grad():  # make every part matter (a change of these is followed too)
+        for name, p in dec.named_parameters():
+            if name.endswith((".scale", ".gamma")):
+                p.fill_(0.5)
     before = dec.decode_offline(codes)
-    fresh = load_codec_decoder(tokenizer_dir)
+    fresh = CodecDecoder(dec.config)
     with torch.no_grad():
-        for m in (dec, fresh):
-            m.quantizer.rvq_first.vq.layers[0]._codebook.embedding_sum.mul_(3.0)
+        dec.get_parameter(param).add_(0.3)
+        fresh.load_state_dict(dec.state_dict())
     after = dec.decode_offline(codes)
     assert np.abs(after - before).max() > 1e-4
     assert np.array_equal(after, fresh.decode_offline(codes))
+
+
+def test_gemm_and_direct_conv_paths_agree(
+    decoder: CodecDecoder, long_case: tuple[torch.Tensor, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Convolutions run as im2col GEMMs or as ``F.conv1d`` depending on shape: both give the same audio."""
+    codes, _ = long_case
+    codes = codes[:30]
+    outs = []
+    for ratio in (0.0, 1e9):  # every conv direct / every conv a GEMM
+        monkeypatch.setattr(CausalConv, "gemm_max_ratio", ratio)
+        outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 4])))
+    assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
+    assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
+
+
+def test_bfloat16_streams_exactly_and_stays_close(tokenizer_dir: Path) -> None:
+    """bf16 (an option for AMX CPUs): streamed == its own one-pass; near the float32 decode."""
+    codes = _codes(24, 13)
+    ref = load_codec_decoder(tokenizer_dir).decode_offline(codes)
+    dec = load_codec_decoder(tokenizer_dir, dtype=torch.bfloat16)
+    one_pass = dec.decode_offline(codes)
+    assert one_pass.dtype == np.float32
+    assert np.abs(_stream(dec, codes, [1, 3, 8]) - one_pass).max() <= 1e-2
+    assert np.sqrt(np.mean((one_pass - ref) ** 2)) <= 0.05 * np.sqrt(np.mean(ref**2))
