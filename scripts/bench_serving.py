@@ -1,0 +1,317 @@
+"""Serving benchmark: the real Engine under 1..N concurrent streams, decode thread on vs off.
+
+On a random-weight Base checkpoint (``--size``; built once and cached, see bench_engine.py) with an
+ICL voice cloned from a synthetic reference, for each decode-thread setting (two engines sharing one
+loaded model; every measurement runs in both settings back to back, order alternating per rep) it
+measures:
+  TTFA of a new voice (uncached) and of its second request (cached: the engine's per-voice caches),
+  with each request's ``timing.extra``;
+  for N in ``--streams`` concurrent streams started together: aggregate frames/s and audio seconds
+  per wall second, per-stream time per frame (wall, and generation only), TTFA, playback stalls, RTF.
+Prints a table and the on/off ratios (medians of back-to-back pairs); writes bench-results/serving-<size>.json and .png.
+``--official`` also times the official qwen-tts (one stream at a time; it has no streaming or
+batching) on the same weights, via bench_engine.run_official.
+
+    python scripts/bench_serving.py [--size tiny] [--streams 1,2,4,8] [--frames 24] [--reps 2]
+        [--decode-thread both|on|off] [--official]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_engine import REF_TEXT, TEXT, checkpoint, run_official  # noqa: E402
+
+from voxcast.config import EngineConfig  # noqa: E402
+from voxcast.engine.engine import Engine  # noqa: E402
+from voxcast.engine.warmup import _reference_audio  # noqa: E402
+
+SR = 24000
+MODES = {"on": True, "off": False}
+
+
+def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
+    """An ICL voice no cache has seen (its reference audio differs for every ``k``)."""
+    ref = _reference_audio(SR, seconds=3.0 + 0.01 * k)
+    return engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT), ref
+
+
+def stream_record(engine: Engine, voice: Any, frames: int, seed: int) -> dict[str, Any]:
+    """Run one request to the end; its timing and chunk emit times (s since submit)."""
+    stream = engine.synthesize({"text": TEXT, "max_frames": frames, "seed": seed}, voice)
+    emits = [c.t_emit - stream.t_submit for c in stream]
+    t = stream.timing
+    extra = {k: v for k, v in t.extra.items() if k != "codes"}
+    return {
+        "frames": t.frames,
+        "ttfa_ms": t.ttfa_ms,
+        "prefill_ms": t.prefill_ms,
+        "total_ms": t.total_ms,
+        "ms_per_frame": t.total_ms / max(1, t.frames),
+        "gen_ms_per_frame": t.frame_ms,
+        "codec_ms_per_frame": t.codec_ms / max(1, t.frames),
+        "audio_s": t.audio_s,
+        "rtf": t.rtf,
+        "stalls": t.stalls,
+        "stall_ms": t.stall_ms,
+        "emits_s": emits,
+        "extra": extra,
+    }
+
+
+def ttfa_probe(engine: Engine, voice: Any, frames: int) -> dict[str, Any]:
+    """First request of a new voice (uncached), then a second one (cached)."""
+    first = stream_record(engine, voice, frames, seed=0)
+    second = stream_record(engine, voice, frames, seed=1)
+    return {"uncached": first, "cached": second}
+
+
+def concurrent(engine: Engine, voice: Any, n: int, frames: int) -> dict[str, Any]:
+    """N streams started together; aggregate and per-stream figures."""
+    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    start = threading.Barrier(n + 1)
+
+    def one(i: int) -> None:
+        start.wait()
+        rows[i] = stream_record(engine, voice, frames, seed=100 + i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    total_frames = sum(r["frames"] for r in rows)
+    return {
+        "streams": n,
+        "wall_s": wall,
+        "frames_per_s": total_frames / wall,
+        "audio_s_per_wall_s": sum(r["audio_s"] for r in rows) / wall,
+        "ms_per_frame": statistics.median(r["ms_per_frame"] for r in rows),
+        "gen_ms_per_frame": statistics.median(r["gen_ms_per_frame"] for r in rows),
+        "ttfa_ms": statistics.median(r["ttfa_ms"] for r in rows),
+        "stalls": sum(r["stalls"] for r in rows),
+        "stall_ms_per_stream": sum(r["stall_ms"] for r in rows) / n,
+        "rtf": statistics.median(r["rtf"] for r in rows),
+        "per_stream": rows,
+    }
+
+
+def official_runs(path: Path, ref: Any, frames: int, reps: int, dtype: torch.dtype) -> dict[str, Any]:
+    """The official qwen-tts: one voice-clone generation per rep on the same weights."""
+    from tests.parity._official import load_official, official_voice_items
+
+    wrapper = load_official(path, dtype=dtype)
+    items = official_voice_items(wrapper, ref, SR, REF_TEXT, False)
+    runs = [run_official(wrapper, items, frames, seed=i) for i in range(reps)]
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    med["frames_per_s"] = med["frames"] / (med["total_ms"] / 1000)
+    return {"median": med, "runs": runs}
+
+
+def median_of(reps: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in reps))
+
+
+def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, Any]:
+    """Medians over reps per mode and level; on/off ratios."""
+    out: dict[str, Any] = {}
+    for mode, r in runs.items():
+        ttfa = {
+            kind: {
+                "ttfa_ms": statistics.median(p[kind]["ttfa_ms"] for p in r["ttfa"]),
+                "prefill_ms": statistics.median(p[kind]["prefill_ms"] for p in r["ttfa"]),
+                "extra": r["ttfa"][-1][kind]["extra"],
+            }
+            for kind in ("uncached", "cached")
+        }
+        keys = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame", "ttfa_ms")
+        keys += ("stalls", "stall_ms_per_stream", "rtf")
+        per_level = {n: {k: median_of(r["levels"][n], k) for k in keys} for n in levels}
+        out[mode] = {"ttfa": ttfa, "levels": per_level}
+    if {"on", "off"} <= out.keys():
+        out["on_over_off"] = {
+            n: paired_ratios(runs["on"]["levels"][n], runs["off"]["levels"][n]) for n in levels
+        }
+    return out
+
+
+def paired_ratios(on: list[dict[str, Any]], off: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over reps of on/off ratios of back-to-back runs (robust to a drifting machine load)."""
+    out: dict[str, Any] = {}
+    for k in ("frames_per_s", "ms_per_frame", "ttfa_ms"):
+        ratios = [a[k] / b[k] for a, b in zip(on, off, strict=True) if b[k]]
+        out[k] = statistics.median(ratios)
+        out[f"{k}_range"] = [min(ratios), max(ratios)]
+    return out
+
+
+def plot(summary: dict[str, Any], levels: list[int], official: dict[str, Any] | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in MODES if m in summary]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for mode in modes:
+        lv = summary[mode]["levels"]
+        label = f"decode thread {mode}"
+        axes[0].plot(levels, [lv[n]["frames_per_s"] for n in levels], "o-", label=label)
+        axes[1].plot(levels, [lv[n]["ms_per_frame"] for n in levels], "o-", label=label)
+    if official is not None:
+        axes[0].axhline(official["median"]["frames_per_s"], ls="--", c="grey", label="official qwen-tts")
+        axes[1].axhline(official["median"]["frame_ms"], ls="--", c="grey", label="official (codes only)")
+    axes[1].axhline(80, ls=":", c="red", label="real time (80 ms)")
+    axes[0].set(xlabel="concurrent streams", ylabel="aggregate frames/s", title="throughput")
+    axes[1].set(xlabel="concurrent streams", ylabel="ms per frame per stream (wall)", title="per stream")
+    kinds = ("uncached", "cached")
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        ttfa = [summary[mode]["ttfa"][k]["ttfa_ms"] for k in kinds]
+        axes[2].bar([x + i * width for x in range(2)], ttfa, width, label=f"decode thread {mode}")
+    axes[2].set_xticks([x + width * (len(modes) - 1) / 2 for x in range(2)], [f"{k} voice" for k in kinds])
+    axes[2].set(ylabel="time to first audio (ms)", title="TTFA, one stream")
+    for ax in axes[:2]:
+        ax.set_xticks(levels)
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def load_engines(path: Path, modes: list[str], dtype: str) -> dict[str, Engine]:
+    """One loaded model, one warmed engine per decode-thread setting."""
+    first = Engine.load(
+        EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[modes[0]])
+    )
+    engines = {modes[0]: first}
+    for mode in modes[1:]:
+        config = EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[mode])
+        engines[mode] = Engine(first.model, config, load_ms=first.load_ms)
+        engines[mode].warmup()
+    return engines
+
+
+def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, Any] | None) -> None:
+    for mode in (m for m in MODES if m in summary):
+        s = summary[mode]
+        t = s["ttfa"]
+        print(
+            f"\ndecode thread {mode}: TTFA uncached {t['uncached']['ttfa_ms']:.0f} ms, "
+            f"cached {t['cached']['ttfa_ms']:.0f} ms (extra {t['cached']['extra']})"
+        )
+        print("streams  frames/s  audio-s/s  ms/frame  gen ms/frame  TTFA ms  stalls  stall ms  RTF")
+        for n in levels:
+            v = s["levels"][n]
+            print(
+                f"{n:7d}  {v['frames_per_s']:8.2f}  {v['audio_s_per_wall_s']:9.3f}  {v['ms_per_frame']:8.1f}  "
+                f"{v['gen_ms_per_frame']:12.1f}  {v['ttfa_ms']:7.0f}  {v['stalls']:6.0f}  "
+                f"{v['stall_ms_per_stream']:8.0f}  {v['rtf']:5.2f}"
+            )
+    if "on_over_off" in summary:
+        print("\non/off ratios, medians of back-to-back pairs (range):")
+        for n, r in summary["on_over_off"].items():
+            print(
+                f"  {n} streams: "
+                + ", ".join(
+                    f"{k} x{v:.2f} ({r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f})"
+                    for k, v in r.items()
+                    if not k.endswith("_range")
+                )
+            )
+    if official is not None:
+        o = official["median"]
+        print(
+            f"\nofficial qwen-tts, one stream: {o['frames_per_s']:.2f} frames/s, "
+            f"{o['frame_ms']:.0f} ms/frame (codes only), first audio = total {o['total_ms']:.0f} ms"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    ap.add_argument("--streams", default="1,2,4,8")
+    ap.add_argument("--frames", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--official", action="store_true", help="also time the official qwen-tts")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+    modes = ["on", "off"] if args.decode_thread == "both" else [args.decode_thread]
+
+    path = checkpoint(args.size)
+    engines = load_engines(path, modes, args.dtype)
+    model = engines[modes[0]].model
+    runs: dict[str, dict[str, Any]] = {m: {"ttfa": [], "levels": {n: [] for n in levels}} for m in modes}
+    k, ref = 0, None
+    for rep in range(args.reps):  # interleaved: each measurement in both modes back to back
+        order = modes if rep % 2 == 0 else modes[::-1]
+        voices = {}
+        for mode in order:
+            voices[mode], ref = fresh_voice(engines[mode], k)
+            k += 1
+            runs[mode]["ttfa"].append(ttfa_probe(engines[mode], voices[mode], args.frames))
+        for n in levels:
+            for mode in order:
+                level = concurrent(engines[mode], voices[mode], n, args.frames)
+                runs[mode]["levels"][n].append(level)
+                print(
+                    f"rep {rep} decode thread {mode:3s} {n} stream(s): {level['frames_per_s']:.2f} frames/s, "
+                    f"{level['ms_per_frame']:.0f} ms/frame, TTFA {level['ttfa_ms']:.0f} ms",
+                    flush=True,
+                )
+    for engine in engines.values():
+        engine.close()
+
+    official = None
+    if args.official:
+        dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+        official = official_runs(path, ref, args.frames, args.reps, dtype)
+
+    summary = summarize(runs, levels)
+    doc = {
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+        },
+        "config": vars(args) | {"out": str(args.out), "checkpoint": str(path)},
+        "load_ms": engines[modes[0]].load_ms,
+        "warmup_ms": {m: e.warmup_ms for m, e in engines.items()},
+        "model": {"identity": model.identity, "prefix_cache": getattr(model, "prefix_cache_enabled", None)},
+        "summary": summary,
+        "official": official,
+        "runs": runs,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"serving-{args.size}.json"
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    plot(summary, levels, official, out.with_suffix(".png"))
+    print_table(summary, levels, official)
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
