@@ -1,6 +1,7 @@
 """Serving benchmark: the real Engine under 1..N concurrent streams, decode thread on vs off.
 
-On a random-weight Base checkpoint (``--size``; built once and cached, see bench_engine.py) with an
+On a random-weight Base checkpoint (``--size``; built once and cached, see bench_engine.py; or any
+Base checkpoint directory, ``--model``) with an
 ICL voice cloned from a synthetic reference, for each decode-thread setting (two engines sharing one
 loaded model; every measurement runs in both settings back to back, order alternating per rep) it
 measures:
@@ -12,7 +13,7 @@ Prints a table and the on/off ratios (medians of back-to-back pairs); writes ben
 ``--official`` also times the official qwen-tts (one stream at a time; it has no streaming or
 batching) on the same weights, via bench_engine.run_official.
 
-    python scripts/bench_serving.py [--size tiny] [--streams 1,2,4,8] [--frames 24] [--reps 2]
+    python scripts/bench_serving.py [--size tiny | --model DIR] [--streams 1,2,4,8] [--frames 24] [--reps 2]
         [--decode-thread both|on|off] [--official]
 """
 
@@ -248,6 +249,7 @@ def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    ap.add_argument("--model", type=Path, help="a Base checkpoint directory instead of --size")
     ap.add_argument("--streams", default="1,2,4,8")
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--reps", type=int, default=2)
@@ -259,7 +261,8 @@ def main() -> int:
     levels = [int(x) for x in args.streams.split(",")]
     modes = ["on", "off"] if args.decode_thread == "both" else [args.decode_thread]
 
-    path = checkpoint(args.size)
+    path = args.model or checkpoint(args.size)
+    name = args.model.name if args.model else args.size
     engines = load_engines(path, modes, args.dtype)
     model = engines[modes[0]].model
     runs: dict[str, dict[str, Any]] = {m: {"ttfa": [], "levels": {n: [] for n in levels}} for m in modes}
@@ -305,7 +308,7 @@ def main() -> int:
         "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"serving-{args.size}.json"
+    out = args.out / f"serving-{name}.json"
     out.write_text(json.dumps(doc, indent=1, default=str))
     plot(summary, levels, official, out.with_suffix(".png"))
     print_table(summary, levels, official)
