@@ -72,6 +72,7 @@ def stream_record(engine: Engine, voice: Any, frames: int, seed: int) -> dict[st
         "stall_ms": t.stall_ms,
         "emits_s": emits,
         "extra": extra,
+        "timing": {k: v for k, v in t.to_dict().items() if k != "extra"},
     }
 
 
@@ -140,6 +141,7 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
                 "ttfa_ms": statistics.median(p[kind]["ttfa_ms"] for p in r["ttfa"]),
                 "prefill_ms": statistics.median(p[kind]["prefill_ms"] for p in r["ttfa"]),
                 "extra": r["ttfa"][-1][kind]["extra"],
+                "timing": r["ttfa"][-1][kind]["timing"],
             }
             for kind in ("uncached", "cached")
         }
@@ -217,7 +219,9 @@ def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, 
         t = s["ttfa"]
         print(
             f"\ndecode thread {mode}: TTFA uncached {t['uncached']['ttfa_ms']:.0f} ms, "
-            f"cached {t['cached']['ttfa_ms']:.0f} ms (extra {t['cached']['extra']})"
+            f"cached {t['cached']['ttfa_ms']:.0f} ms; prefill {t['uncached']['prefill_ms']:.0f} / "
+            f"{t['cached']['prefill_ms']:.0f} ms; cached request: extra {t['cached']['extra']}, "
+            f"prefix_cache_hit {t['cached']['timing'].get('prefix_cache_hit', 'n/a')}"
         )
         print("streams  frames/s  audio-s/s  ms/frame  gen ms/frame  TTFA ms  stalls  stall ms  RTF")
         for n in levels:
