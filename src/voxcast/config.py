@@ -70,6 +70,9 @@ class EngineConfig:
             graphs on CUDA (``VOXCAST_COMPILE``). Not bit-exact.
         decode_thread: decode audio on a second thread, overlapped with generating the next
             frames (``VOXCAST_DECODE_THREAD``, on).
+        prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
+            positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
+            prefill at once). A lone request always gets the one-pass prefill.
     """
 
     model: str = DEFAULT_MODEL
@@ -86,6 +89,7 @@ class EngineConfig:
     prefix_cache: bool = True
     compile: str = "off"
     decode_thread: bool = True
+    prefill_chunk: int = 16
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
@@ -94,6 +98,8 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.quant not in {"none", "int8"}:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
+        if self.prefill_chunk < 0:
+            raise ValueError("prefill_chunk must be >= 0")
         if self.compile not in {"off", "on", "auto"}:
             raise ValueError(f"VOXCAST_COMPILE must be off, on or auto, not {self.compile!r}")
         for name in ("first_chunk_frames", "chunk_frames", "max_frames_cap", "max_active"):
@@ -119,6 +125,7 @@ class EngineConfig:
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=env.get("VOXCAST_COMPILE", d.compile).strip().lower() or d.compile,
             decode_thread=env_bool(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
+            prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
         )
 
     def resolved_compile(self) -> bool:

@@ -86,6 +86,7 @@ class Engine:
         self.keep_codes = False
         self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
         self._active: list[_Active] = []
+        self._prefilling: list[_Active] = []  # admitted, prefill interleaved with the active frames
         self._stopping = threading.Event()
         self._decode = DecodeStage(config.decode_thread, _DECODE_TORCH_THREADS)
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
@@ -207,6 +208,7 @@ class Engine:
             with torch.inference_mode():
                 while not self._stopping.is_set():
                     self._admit()
+                    self._prefill_part()
                     self._advance_all()
         except BaseException:  # the thread must not die silently
             log.exception("engine scheduler crashed")
@@ -214,7 +216,7 @@ class Engine:
         finally:
             self._stopping.set()
             err = EngineUnavailable("the engine stopped")
-            for act in self._active:
+            for act in self._active + self._prefilling:
                 act.fail(err)
             while True:
                 try:
@@ -224,8 +226,8 @@ class Engine:
             self._decode.stop()  # streams that already ended generating still get their last chunks
 
     def _admit(self) -> None:
-        while len(self._active) < self.config.max_active:
-            busy = bool(self._active)
+        while len(self._active) + len(self._prefilling) < self.config.max_active:
+            busy = bool(self._active or self._prefilling)
             try:
                 stream = self._pending.get_nowait() if busy else self._pending.get(timeout=_IDLE_WAIT_S)
             except queue.Empty:
@@ -234,7 +236,10 @@ class Engine:
                 self._finish_cancelled(stream)
                 continue
             try:
-                self._active.append(self._start(stream))
+                if busy and self.config.prefill_chunk:
+                    self._prefilling.append(self._start(stream, prefill=False))
+                else:
+                    self._active.append(self._start(stream))
             except Exception as e:
                 if not isinstance(e, InvalidRequest):
                     log.exception("request %s failed to start", stream.timing.request_id)
@@ -242,7 +247,7 @@ class Engine:
             if busy:  # one prefill per round while others decode: they stall by one prefill at most
                 return
 
-    def _start(self, stream: SynthesisStream) -> _Active:
+    def _start(self, stream: SynthesisStream, prefill: bool = True) -> _Active:
         req, timing = stream.request, stream.timing
         t0 = time.perf_counter()
         timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
@@ -259,14 +264,49 @@ class Engine:
         timing.prompt_ms = (t1 - t0) * 1000
         max_frames = req.max_frames or max_frames_for_text(req.text, self.config.max_frames_cap)
         gen = self.model.new_generator(prompt, req.sampling, max_frames)
-        gen.prefill()
         decoder = self.model.new_decoder(stream.voice)
-        timing.prefill_ms = (time.perf_counter() - t1) * 1000
         seed = getattr(gen, "seed", None)
         if seed is not None:
             timing.extra["seed"] = int(seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
-        return _Active(stream, gen, decoder, max_frames, target=first)
+        act = _Active(stream, gen, decoder, max_frames, target=first)
+        if prefill:
+            gen.prefill()
+            self._prefilled(act)
+        return act
+
+    def _prefilled(self, act: _Active) -> None:
+        """Record a completed prefill in the request's timing."""
+        t, gen = act.stream.timing, act.generator
+        t.prefill_ms = float(getattr(gen, "prefill_s", 0.0)) * 1000
+        t.prefill_parts = max(1, t.prefill_parts)
+        cacheable = getattr(getattr(gen, "prompt", None), "prefix_key", None) is not None
+        if cacheable and getattr(self.model, "prefix_cache_enabled", False):
+            t.prefix_cache_hit = bool(gen.prefix_hit)
+            t.prefix_positions = int(gen.prefix_positions)
+
+    def _prefill_part(self) -> None:
+        """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes)."""
+        if not self._prefilling:
+            return
+        act = self._prefilling[0]
+        if act.stream.cancelled:
+            self._prefilling.pop(0)
+            self._finish_cancelled(act.stream)
+            return
+        try:
+            limit = self.config.prefill_chunk if self._active else None
+            act.stream.timing.prefill_parts += 1
+            done = act.generator.prefill_part(limit)
+        except Exception as e:
+            log.exception("request %s failed to prefill", act.stream.timing.request_id)
+            self._prefilling.pop(0)
+            act.fail(e)
+            return
+        if done:
+            self._prefilling.pop(0)
+            self._prefilled(act)
+            self._active.append(act)
 
     def _advance_all(self) -> None:
         """One frame for every active request, in one batched model step."""

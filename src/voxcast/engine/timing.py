@@ -65,6 +65,12 @@ class Timing:
     finish_reason: str = ""
     cache_hit: bool = False
     voice_cache_hit: bool | None = None
+    #: The prompt's constant prefix came from the per-voice key/value cache (None: not cacheable/off).
+    prefix_cache_hit: bool | None = None
+    #: Prompt positions that hit skipped.
+    prefix_positions: int = 0
+    #: Parts the prefill ran in (more than 1 when it was interleaved with other streams' frames).
+    prefill_parts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

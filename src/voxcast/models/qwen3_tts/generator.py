@@ -77,13 +77,18 @@ class FrameGenerator:
         self.code_predictor_s = 0.0
         self.prefix_hit = False
         self.prefix_positions = 0
+        self._filled = 0  # prompt positions in the cache so far
 
     @property
     def done(self) -> bool:
         """Whether generation has finished."""
         return self.finish_reason is not None
 
-    @torch.inference_mode()
+    @property
+    def prefilled(self) -> bool:
+        """Whether the prefill is complete (the first frame's code 0 is drawn)."""
+        return self._code0 is not None
+
     def prefill(self) -> None:
         """Run the prompt through the talker and draw the first frame's code 0.
 
@@ -92,20 +97,42 @@ class FrameGenerator:
         """
         if self._code0 is not None:
             raise RuntimeError("prefill() was already called")
+        self.prefill_part(None)
+
+    @torch.inference_mode()
+    def prefill_part(self, max_positions: int | None) -> bool:
+        """Run at most ``max_positions`` more prompt positions (all with None); True once complete.
+
+        A scheduler prefilling a new request while other streams decode interleaves these parts with
+        their frames, so they stall by one part instead of a whole prefill. A prefill in several
+        parts equals the one-pass prefill up to float rounding (like a prefix-cache hit); one part
+        covering the whole prompt is exactly :meth:`prefill`.
+        """
+        if self._code0 is not None:
+            return True
         t0 = time.perf_counter()
         p, store = self.prompt, self._prefix_cache
         key = p.prefix_key if store is not None else None
-        if store is not None and key is not None and store.load(key, p.prefix_len, self._cache):
+        if (
+            self._filled == 0
+            and store is not None
+            and key is not None
+            and store.load(key, p.prefix_len, self._cache)
+        ):
             self.prefix_hit, self.prefix_positions = True, p.prefix_len
-            hidden, logits = self.talker(p.embeds[:, p.prefix_len :], self._cache, p.prefix_len)
-        else:
-            hidden, logits = self.talker(p.embeds, self._cache, 0)
-            if store is not None and key is not None:
-                store.store(key, p.prefix_len, self._cache)
-        self._pos = p.length
-        self._hidden = hidden[:, -1:]
-        self._code0 = self._talker_pick(logits[:, -1, :].to(torch.float32))
+            self._filled = p.prefix_len
+        start = self._filled
+        end = p.length if max_positions is None else min(p.length, start + max(1, max_positions))
+        hidden, logits = self.talker(p.embeds[:, start:end], self._cache, start)
+        self._filled = end
+        if store is not None and key is not None and not self.prefix_hit and start < p.prefix_len <= end:
+            store.store(key, p.prefix_len, self._cache)
+        if end == p.length:
+            self._pos = p.length
+            self._hidden = hidden[:, -1:]
+            self._code0 = self._talker_pick(logits[:, -1, :].to(torch.float32))
         self.prefill_s += time.perf_counter() - t0
+        return self._code0 is not None
 
     def step(self) -> Tensor | None:
         """The next frame's codes (LongTensor ``[16]``), or None once finished (see ``finish_reason``)."""
