@@ -20,6 +20,7 @@ from voxcast.models.qwen3_tts.config import CodePredictorConfig
 from voxcast.models.qwen3_tts.talker import KVCache, RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.cp_trace import TracedSteps
     from voxcast.models.qwen3_tts.graphs import StaticDecode
 
 __all__ = ["CodePredictor", "Picker"]
@@ -62,6 +63,7 @@ class CodePredictor(nn.Module):
         self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
         self._caches: dict[int, list[KVCache]] = {}  # shared per-frame caches by batch size
         self.static: StaticDecode | None = None  # compiled steps (Talker.use_static_decode)
+        self.traced: TracedSteps | None = None  # recorded steps (use_traced_steps)
 
     @property
     def num_codes(self) -> int:
@@ -97,6 +99,12 @@ class CodePredictor(nn.Module):
             cos, sin = rope_cos_sin(self.inv_freq, positions, dtype)
             hit = self._rope_tables[key] = (cos.unsqueeze(1), sin.unsqueeze(1))  # [1, 1, L, D]
         return hit
+
+    def use_traced_steps(self, enabled: bool = True) -> None:
+        """Replay the intra-frame forwards from recordings (:mod:`.cp_trace`; bitwise the same outputs)."""
+        from voxcast.models.qwen3_tts.cp_trace import TracedSteps
+
+        self.traced = TracedSteps(self) if enabled else None
 
     def shared_cache(self, batch: int) -> list[KVCache]:
         """A per-frame cache for ``batch`` rows, allocated once per batch size and reused.
@@ -154,7 +162,12 @@ class CodePredictor(nn.Module):
         codes: list[Tensor] = []
         embeds = [code0_embed]
         for g in range(self.num_codes):
-            h = self.static.cp_step(self, x, cache, g) if self.static else self._forward(x, cache, start)
+            if self.static is not None:
+                h = self.static.cp_step(self, x, cache, g)
+            elif self.traced is not None:
+                h = self.traced.step(x, cache, g)
+            else:
+                h = self._forward(x, cache, start)
             start += x.shape[1]
             logits = self.lm_head[g](h)[:, -1, :]  # [B, vocab] (all rows: same matmul shape as official)
             if logits.dtype != torch.float32:

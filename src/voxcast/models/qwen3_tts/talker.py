@@ -69,6 +69,13 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
 
+    @classmethod
+    def wrap(cls, k: Tensor, v: Tensor) -> KVCache:
+        """A cache over existing ``k``/``v`` tensors (no copy)."""
+        cache = cls.__new__(cls)
+        cache.k, cache.v = k, v
+        return cache
+
     @property
     def max_len(self) -> int:
         """Positions this cache can hold."""
@@ -189,7 +196,7 @@ class Attention(nn.Module):
             k_all,
             v_all,
             attn_mask=mask,
-            is_causal=n > 1 and start == 0,
+            is_causal=bool(n > 1 and start == 0),  # bool(): a Python value even when traced
             scale=self.head_dim**-0.5,
             enable_gqa=self.heads != self.kv_heads,
         )

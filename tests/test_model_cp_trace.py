@@ -1,0 +1,64 @@
+"""Recorded code-predictor steps (:mod:`voxcast.models.qwen3_tts.cp_trace`): bitwise the eager path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.generator import step_many
+from voxcast.models.qwen3_tts.model import Qwen3TTS
+
+TEXTS = ["Recorded steps replay the same operations.", "A second stream, with another length."]
+
+
+def _run(model: Qwen3TTS, greedy: bool, frames: int = 8) -> list[list[list[int]]]:
+    gens = [
+        model.new_generator(
+            model.build_prompt(t, speaker="ryan"), SamplingParams(seed=4 + i, greedy=greedy), frames
+        )
+        for i, t in enumerate(TEXTS)
+    ]
+    out: list[list[list[int]]] = [[] for _ in gens]
+    while True:
+        got = step_many(gens)
+        if all(f is None for f in got):
+            return out
+        for i, f in enumerate(got):
+            if f is not None:
+                out[i].append(f.tolist())
+
+
+@pytest.mark.parametrize("quant", ["none", "int8"])
+def test_traced_steps_equal_eager_bitwise(tiny_model_dir: Any, quant: str) -> None:
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), quant=quant)
+    cp = model.talker.code_predictor
+    hidden = torch.randn(2, 1, model.talker.cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    code0 = model.talker.codec_embed(torch.tensor([[3], [9]]))
+    with torch.inference_mode():
+        want = cp.predict_frame(hidden, code0, lambda logits: logits.argmax(-1))
+        cp.use_traced_steps()
+        got = cp.predict_frame(hidden, code0, lambda logits: logits.argmax(-1))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_traced_steps_in_generation(tiny_model_dir: Any) -> None:
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
+    eager = {g: _run(model, g) for g in (True, False)}
+    model.talker.code_predictor.use_traced_steps()
+    assert model.talker.code_predictor.traced is not None
+    for greedy in (True, False):
+        assert _run(model, greedy) == eager[greedy]
+    # single stream too (batch size 1 is recorded on first use)
+    single = model.new_generator(model.build_prompt(TEXTS[0], speaker="ryan"), SamplingParams(greedy=True), 8)
+    frames = []
+    while (f := single.step()) is not None:
+        frames.append(f.tolist())
+    model.talker.code_predictor.use_traced_steps(False)
+    again = model.new_generator(model.build_prompt(TEXTS[0], speaker="ryan"), SamplingParams(greedy=True), 8)
+    want = []
+    while (f := again.step()) is not None:
+        want.append(f.tolist())
+    assert frames == want
