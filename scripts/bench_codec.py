@@ -64,13 +64,14 @@ def _decoder(full: bool, config: Path, seed: int, dtype: torch.dtype) -> CodecDe
     return dec.to(dtype).eval()
 
 
-def _stateful(dec: CodecDecoder, codes: torch.Tensor, chunk: int) -> tuple[float, np.ndarray]:
+def _stateful(dec: CodecDecoder, codes: torch.Tensor, chunk: int) -> tuple[float, float, np.ndarray]:
+    """(wall s, process CPU s, waveform); CPU time is less sensitive to other load on a shared machine."""
     stream = dec.new_stream()
     out = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, codes.shape[0], chunk):
         out.append(stream.decode(codes[i : i + chunk]))
-    return time.perf_counter() - t0, np.concatenate(out)
+    return time.perf_counter() - t0, time.process_time() - c0, np.concatenate(out)
 
 
 def _naive(dec: CodecDecoder, codes: torch.Tensor, chunk: int, context: int) -> tuple[float, np.ndarray]:
@@ -105,10 +106,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     _stateful(dec, codes[:8], 4)  # warm-up (and weight folding, where the variant folds)
     rows = []
     for chunk in args.chunks:
-        t_s, wav_s = _stateful(dec, codes, chunk)
+        t_s, cpu_s, wav_s = _stateful(dec, codes, chunk)
         row = {
             "chunk_frames": chunk,
             "stateful_ms_per_frame": 1000 * t_s / args.frames,
+            "stateful_cpu_ms_per_frame": 1000 * cpu_s / args.frames,
             "stateful_max_err": float(np.abs(wav_s - exact).max()),
         }
         if not args.no_naive:
@@ -203,14 +205,18 @@ def _print(res: dict[str, Any]) -> None:
     for name, v in res["variants"].items():
         print(f"{name}: one-pass waveform max |diff| vs {first}: {res['max_abs_diff_vs_first'][name]:.2e}")
         print(
-            f"{'chunk':>7} {'ms/frame':>9} {'rtf':>6} {'vs ' + first:>22} {'stream err':>11} {'naive ms/fr':>12}"
+            f"{'chunk':>7} {'ms/frame':>9} {'rtf':>6} {'vs ' + first:>22} {'cpu ms/fr':>10} {'cpu vs':>7} "
+            f"{'stream err':>11} {'naive ms/fr':>12}"
         )
         for i, r in enumerate(v["rows"]):
-            ratio = res["variants"][first]["rows"][i]["stateful_ms_per_frame"] / r["stateful_ms_per_frame"]
+            r0 = res["variants"][first]["rows"][i]
+            ratio = r0["stateful_ms_per_frame"] / r["stateful_ms_per_frame"]
+            cpu_ratio = r0["stateful_cpu_ms_per_frame"] / r["stateful_cpu_ms_per_frame"]
             naive = f"{r['naive_ms_per_frame']:12.1f}" if "naive_ms_per_frame" in r else f"{'-':>12}"
             print(
                 f"{r['chunk_frames']:>7} {r['stateful_ms_per_frame']:>9.1f} {r['stateful_ms_per_frame'] / FRAME_MS:>6.2f} "
-                f"{ratio:>21.2f}x {r['stateful_max_err']:>11.1e} {naive}"
+                f"{ratio:>21.2f}x {r['stateful_cpu_ms_per_frame']:>10.1f} {cpu_ratio:>6.2f}x "
+                f"{r['stateful_max_err']:>11.1e} {naive}"
             )
         p = v["priming"]
         print(

@@ -5,9 +5,8 @@ attention KV tails) and never modifies a stored tensor in place, so states are s
 
 Speed (CPU, one stream, 1-8 frames per call): what can be computed once from the weights is
 computed once and cached (:func:`_fold`: codebook tables projected to the output width, SnakeBeta's
-``exp``, fused q/k/v and gate/up weights, LayerScale and ConvNeXt gamma folded into the
-preceding projection), recomputed only when a parameter changes (in place, by ``load_state_dict``
-or ``.to()``). Convolutions whose output is short for their width run as one GEMM on an im2col
+``exp``, fused q/k/v and gate/up weights), recomputed only when a parameter changes (in place, by
+``load_state_dict`` or ``.to()``). Convolutions whose output is short for their width run as one GEMM on an im2col
 copy of the input (oneDNN's direct conv is 2-3x slower there); long outputs keep ``F.conv1d``.
 """
 
@@ -225,14 +224,10 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
-    def _scaled_out(self) -> tuple[Tensor, Tensor]:  # gamma folded into pwconv2: ([C, 4C], [C])
-        return self.gamma[:, None] * self.pwconv2.weight, self.gamma * self.pwconv2.bias
-
     def forward(self, x: Tensor, st: _State) -> Tensor:  # x: [B, C, T]
-        w2, b2 = _fold(self, self._scaled_out)
         h = self.dwconv(x, st).transpose(1, 2)  # [B, T, C]
-        h = self.act(self.pwconv1(self.norm(h)))
-        return x + F.linear(h, w2, b2).transpose(1, 2)
+        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
+        return torch.addcmul(x, self.gamma[:, None], h.transpose(1, 2))
 
 
 class ResidualUnit(nn.Module):
@@ -344,7 +339,7 @@ class RMSNorm(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """A per-channel scale; folded into the preceding projection by :class:`TransformerLayer`."""
+    """A per-channel scale, applied by :class:`TransformerLayer` together with the residual add."""
 
     def __init__(self, dim: int, init: float):
         super().__init__()
@@ -387,7 +382,7 @@ class Attention(nn.Module):
         return torch.cat([lin.weight for lin in lins]), _cat_bias(*lins)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, st: _State) -> Tensor:
-        b, t, _ = x.shape  # x: [B, T, H]; cos/sin: [T, hd]; mask: [T, past + T] -> [B, T, nh * hd]
+        b, t, _ = x.shape  # x: [B, T, H]; cos/sin: [T, hd]; mask: [T, past + T]
         qkv = F.linear(x, *_fold(self, self._qkv))
         q, k, v = (y.view(b, t, -1, self.head_dim).transpose(1, 2) for y in qkv.split(self.splits, -1))
         q = q * cos + _rotate_half(q) * sin  # [B, nh, T, hd]
@@ -402,7 +397,7 @@ class Attention(nn.Module):
         if self.groups > 1:
             k, v = k.repeat_interleave(self.groups, 1), v.repeat_interleave(self.groups, 1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, nh, T, hd]
-        return o.transpose(1, 2).reshape(b, t, -1)
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
 class Mlp(nn.Module):
@@ -415,13 +410,13 @@ class Mlp(nn.Module):
     def _gate_up(self) -> Tensor:  # one [gate; up] projection
         return torch.cat([self.gate_proj.weight, self.up_proj.weight])
 
-    def forward(self, x: Tensor) -> Tensor:  # x: [B, T, H] -> [B, T, intermediate] (before down_proj)
+    def forward(self, x: Tensor) -> Tensor:  # x: [B, T, H]
         gate, up = F.linear(x, _fold(self, self._gate_up)).chunk(2, dim=-1)
-        return F.silu(gate).mul_(up)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm attention and SwiGLU MLP, each scaled by a LayerScale (folded into its output projection)."""
+    """Pre-norm attention and SwiGLU MLP, each scaled by a LayerScale and added to the residual."""
 
     def __init__(self, cfg: CodecDecoderConfig):
         super().__init__()
@@ -432,23 +427,11 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
-    def _scaled_out(self) -> tuple[Tensor, Tensor | None, Tensor]:  # (o_proj w, o_proj b, down_proj w)
-        sa, sm = self.self_attn_layer_scale.scale, self.mlp_layer_scale.scale
-        o = self.self_attn.o_proj
-        bias = None if o.bias is None else sa * o.bias
-        return sa[:, None] * o.weight, bias, sm[:, None] * self.mlp.down_proj.weight
-
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, st: _State) -> Tensor:
-        wo, bo, wd = _fold(self, self._scaled_out)
-        a = self.self_attn(self.input_layernorm(x), cos, sin, mask, st)  # [B, T, nh * hd]
-        x = _residual_linear(x, a, wo, bo)
-        return _residual_linear(x, self.mlp(self.post_attention_layernorm(x)), wd, None)
-
-
-def _residual_linear(x: Tensor, a: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """``x + a @ w.T (+ b)`` for x [B, T, H], a [B, T, K], w [H, K]: one addmm."""
-    y = torch.addmm(x.reshape(-1, x.shape[-1]), a.reshape(-1, a.shape[-1]), w.T).view(x.shape)
-    return y if b is None else y + b
+        a = self.self_attn(self.input_layernorm(x), cos, sin, mask, st)
+        x = torch.addcmul(x, self.self_attn_layer_scale.scale, a)
+        m = self.mlp(self.post_attention_layernorm(x))
+        return torch.addcmul(x, self.mlp_layer_scale.scale, m)
 
 
 class Transformer(nn.Module):
