@@ -161,8 +161,10 @@ class CausalTransConv(nn.Module):
     """ConvTranspose1d trimmed to ``T * stride`` outputs; streams with its last inputs as state.
 
     Computed as one GEMM (CPU conv_transpose kernels are ~10x slower here): with kernel = m * stride,
-    ``z = x^T @ W`` gives every input's [Cout, kernel] contribution; output block n (``stride``
-    samples) is the sum of part i of the contribution of input n - i, for i < m.
+    ``z = W^T @ x`` gives every input's [Cout, kernel] contribution; output block n (``stride``
+    samples) is the sum of part i of the contribution of input n - i, for i < m. The weight keeps
+    its official shape [Cin, Cout, kernel] but is stored as a contiguous [Cout * kernel, Cin]
+    (strides, no copy): the GEMM then reads it row by row, 1.8x faster for a few frames.
     """
 
     slot: int = -1
@@ -172,6 +174,8 @@ class CausalTransConv(nn.Module):
         if kernel % stride:
             raise ValueError("kernel must be a multiple of stride")
         self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
+        w = torch.empty(cout * kernel, cin).t().view(cin, cout, kernel)
+        self.conv.weight = nn.Parameter(w.copy_(self.conv.weight.detach()))
         self.stride, self.parts = stride, kernel // stride
         self.context = self.parts - 1
 
@@ -184,15 +188,15 @@ class CausalTransConv(nn.Module):
                 prev = x.new_zeros(b, cin, self.context)
             xx = torch.cat([prev, x], dim=-1)
             st.convs[self.slot] = _tail(xx, self.context)
-        w = self.conv.weight  # [Cin, Cout, kernel]
-        z = torch.matmul(xx.transpose(1, 2), w.reshape(cin, -1))  # [B, ctx + T, Cout * kernel]
-        z = z.view(b, t + self.context, w.shape[1], self.parts, self.stride)
-        y = z[:, self.context :, :, 0]  # [B, T, Cout, stride]
+        cout, ctx = self.conv.out_channels, self.context
+        z = _gemm(self.conv.weight.reshape(cin, -1).t(), None, xx)  # [B, Cout * kernel, ctx + T]
+        z = z.view(b, cout, self.parts, self.stride, t + ctx)
+        y = z[:, :, 0, :, ctx:]  # [B, Cout, stride, T]
         for i in range(1, self.parts):
-            y = y + z[:, self.context - i : self.context - i + t, :, i]
+            y = y + z[:, :, i, :, ctx - i : ctx - i + t]
         if self.conv.bias is not None:
-            y = y + self.conv.bias[None, None, :, None]
-        return y.permute(0, 2, 1, 3).reshape(b, w.shape[1], t * self.stride)
+            y = y + self.conv.bias[None, :, None, None]
+        return y.transpose(2, 3).reshape(b, cout, t * self.stride)
 
 
 class SnakeBeta(nn.Module):
