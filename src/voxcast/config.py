@@ -70,6 +70,8 @@ class EngineConfig:
             graphs on CUDA (``VOXCAST_COMPILE``). Not bit-exact.
         decode_thread: decode audio on a second thread, overlapped with generating the next
             frames (``VOXCAST_DECODE_THREAD``, on).
+        codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
+            (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AMX, not bit-exact.
         prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
             positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
             prefill at once). A lone request always gets the one-pass prefill.
@@ -90,6 +92,7 @@ class EngineConfig:
     compile: str = "off"
     decode_thread: bool = True
     prefill_chunk: int = 16
+    codec_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
@@ -98,6 +101,10 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.quant not in {"none", "int8"}:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
+        if self.codec_dtype not in {"auto", "float32", "bfloat16"}:
+            raise ValueError(
+                f"VOXCAST_CODEC_DTYPE must be auto, float32 or bfloat16, not {self.codec_dtype!r}"
+            )
         if self.prefill_chunk < 0:
             raise ValueError("prefill_chunk must be >= 0")
         if self.compile not in {"off", "on", "auto"}:
@@ -126,6 +133,7 @@ class EngineConfig:
             compile=env.get("VOXCAST_COMPILE", d.compile).strip().lower() or d.compile,
             decode_thread=env_bool(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
+            codec_dtype=env.get("VOXCAST_CODEC_DTYPE", d.codec_dtype).strip().lower() or d.codec_dtype,
         )
 
     def resolved_compile(self) -> bool:

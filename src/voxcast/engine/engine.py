@@ -36,6 +36,7 @@ __all__ = ["Engine"]
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.25
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
 # bench_decode_threads.py, 2 cores, the full-size codec on the decode thread against matrix-vector
 # "generation" on this one, 3 runs): with 1 decode thread each generation step took 4-4.5x longer and
@@ -109,6 +110,7 @@ class Engine:
             quant=config.quant,
             prefix_cache=config.prefix_cache,
             compile=config.resolved_compile(),
+            codec_dtype=_DTYPES.get(config.codec_dtype),
         )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)

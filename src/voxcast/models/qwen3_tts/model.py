@@ -131,6 +131,7 @@ class Qwen3TTS:
         quant: str = "none",
         prefix_cache: bool = False,
         compile: bool = False,
+        codec_dtype: torch.dtype | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -143,6 +144,8 @@ class Qwen3TTS:
                 not bit-exact; see :mod:`.quant`).
             prefix_cache: reuse each voice's constant prompt prefix as cached key/value states.
             compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
+            codec_dtype: the audio decoder's dtype (default ``dtype``); bfloat16 decodes 2.3-2.7x
+                faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -154,7 +157,7 @@ class Qwen3TTS:
         config = Qwen3TTSConfig.from_file(files.config)
         net = load_network(files, config, device=dev, dtype=dtype)
         tokenizer = TextTokenizer.from_dir(root)
-        decoder = load_codec_decoder(files.speech_tokenizer, device=dev, dtype=dtype)
+        decoder = load_codec_decoder(files.speech_tokenizer, device=dev, dtype=codec_dtype or dtype)
         encoder = None
         if config.tts_model_type == "base":
             from voxcast.models.qwen3_tts.codec_encoder import load_codec_encoder
