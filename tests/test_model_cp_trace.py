@@ -11,7 +11,11 @@ from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
-TEXTS = ["Recorded steps replay the same operations.", "A second stream, with another length."]
+TEXTS = [
+    "Recorded steps replay the same operations.",
+    "A second stream, with another length.",
+    "A third stream pads the batch to four rows.",
+]
 
 
 def _run(model: Qwen3TTS, greedy: bool, frames: int = 8) -> list[list[list[int]]]:
@@ -62,3 +66,24 @@ def test_traced_steps_in_generation(tiny_model_dir: Any) -> None:
     while (f := again.step()) is not None:
         want.append(f.tolist())
     assert frames == want
+
+
+def test_engine_records_every_batch_bucket_at_warmup(tiny_model_dir: Any) -> None:
+    from voxcast.config import EngineConfig
+    from voxcast.engine.engine import Engine
+
+    assert EngineConfig.from_env({}).trace_steps
+    assert not EngineConfig.from_env({"VOXCAST_TRACE_STEPS": "0"}).trace_steps
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", max_active=3))
+    try:
+        traced = engine.model.talker.code_predictor.traced
+        assert traced is not None and sorted(traced._steps) == [1, 2, 4]
+    finally:
+        engine.close()
+    off = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, trace_steps=False)
+    )
+    try:
+        assert off.model.talker.code_predictor.traced is None
+    finally:
+        off.close()

@@ -72,6 +72,10 @@ class EngineConfig:
             frames (``VOXCAST_DECODE_THREAD``, on).
         codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
             (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AMX, not bit-exact.
+        trace_steps: on a CPU without ``compile``, replay the code predictor's 15 intra-frame forwards
+            from ``torch.jit.trace`` recordings (bitwise the same outputs; 1.1x fp32, 1.4x int8 on the
+            code predictor; warm-up records batch sizes 1, 2, 4, ... up to ``max_active``)
+            (``VOXCAST_TRACE_STEPS``, on).
         prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
             positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
             prefill at once). A lone request always gets the one-pass prefill.
@@ -93,6 +97,7 @@ class EngineConfig:
     decode_thread: bool = True
     prefill_chunk: int = 16
     codec_dtype: str = "auto"
+    trace_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
@@ -133,6 +138,7 @@ class EngineConfig:
             compile=env.get("VOXCAST_COMPILE", d.compile).strip().lower() or d.compile,
             decode_thread=env_bool(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
+            trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=env.get("VOXCAST_CODEC_DTYPE", d.codec_dtype).strip().lower() or d.codec_dtype,
         )
 

@@ -111,6 +111,7 @@ class Engine:
             prefix_cache=config.prefix_cache,
             compile=config.resolved_compile(),
             codec_dtype=_DTYPES.get(config.codec_dtype),
+            trace_steps=config.trace_steps and config.resolved_device() == "cpu",
         )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)
@@ -196,6 +197,9 @@ class Engine:
         from voxcast.engine.warmup import warmup_requests
 
         t0 = time.perf_counter()
+        prepare = getattr(self.model, "prepare_batches", None)
+        if prepare is not None:  # e.g. the code predictor's recorded steps for every batch size
+            prepare(self.config.max_active)
         for request, voice in warmup_requests(self):
             for _ in self.synthesize(request, voice):
                 pass

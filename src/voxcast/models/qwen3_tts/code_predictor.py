@@ -165,7 +165,7 @@ class CodePredictor(nn.Module):
             if self.static is not None:
                 h = self.static.cp_step(self, x, cache, g)
             elif self.traced is not None:
-                h = self.traced.step(x, cache, g)
+                h = self.traced.step(x, g)
             else:
                 h = self._forward(x, cache, start)
             start += x.shape[1]

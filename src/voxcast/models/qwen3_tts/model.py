@@ -88,6 +88,7 @@ class Qwen3TTS:
         quant: str = "none",
         prefix_cache: bool = False,
         compile: bool = False,
+        trace_steps: bool = False,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -105,6 +106,8 @@ class Qwen3TTS:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
+        elif trace_steps:
+            self.talker.code_predictor.use_traced_steps()  # recorded by prepare_batches or on first use
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
@@ -132,6 +135,7 @@ class Qwen3TTS:
         prefix_cache: bool = False,
         compile: bool = False,
         codec_dtype: torch.dtype | None = None,
+        trace_steps: bool = False,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -146,6 +150,8 @@ class Qwen3TTS:
             compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
             codec_dtype: the audio decoder's dtype (default ``dtype``); bfloat16 decodes 2.3-2.7x
                 faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
+            trace_steps: replay the code predictor's intra-frame forwards from recordings
+                (:mod:`.cp_trace`; bitwise the same outputs, less Python per step).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -176,6 +182,7 @@ class Qwen3TTS:
             quant=quant,
             prefix_cache=prefix_cache,
             compile=compile,
+            trace_steps=trace_steps,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)
@@ -247,6 +254,13 @@ class Qwen3TTS:
         )
 
     # ------------------------------------------------------------------ generation
+
+    def prepare_batches(self, max_batch: int) -> None:
+        """Record the code predictor's steps for every batch size up to ``max_batch`` (if traced)."""
+        traced = self.talker.code_predictor.traced
+        if traced is not None:
+            with torch.inference_mode():
+                traced.prepare_upto(max_batch)
 
     def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
         """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random).
