@@ -153,6 +153,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     prompt = _prompt(model)
+    if args.trace:
+        t0 = time.perf_counter()
+        model.talker.code_predictor.use_traced_steps()
+        model.prepare_batches(int(args.streams or 1))
+        out["trace_s"] = time.perf_counter() - t0
     if args.compile:
         t0 = time.perf_counter()
         model.talker.use_static_decode()
@@ -259,6 +264,7 @@ def _run(
     batched: bool = False,
     ref_codes: Path | None = None,
     compile: bool = False,
+    trace: bool = False,
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -268,6 +274,8 @@ def _run(
         cmd += ["--ref-codes", str(ref_codes)]
     if compile:
         cmd.append("--compile")
+    if trace:
+        cmd.append("--trace")
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -290,7 +298,11 @@ def main() -> None:
     p.add_argument("--streams", default="", help="batched runs, e.g. 1,2,4")
     p.add_argument("--quant", default="none", help="also time this weight quantization (int8)")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--batch-quant", default="none", help="weights of the batched runs (none | int8)")
     p.add_argument("--greedy", action="store_true")
+    p.add_argument(
+        "--trace", action="store_true", help="time recorded code-predictor steps (VOXCAST_TRACE_STEPS)"
+    )
     p.add_argument(
         "--compile", action="store_true", help="also time compiled static-shape steps (VOXCAST_COMPILE)"
     )
@@ -307,6 +319,8 @@ def main() -> None:
     variants: dict[str, tuple[Path, str]] = {"current": (cur, "none")}
     if args.compile:
         variants["compiled"] = (cur, "none")
+    if args.trace:
+        variants["traced"] = (cur, "none")
     tmp = tempfile.TemporaryDirectory()
     if args.baseline:
         variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none"), **variants}
@@ -324,7 +338,8 @@ def main() -> None:
             if name == "compiled" and rep == 0 and args.greedy:
                 ref = Path(tmp.name) / "ref-codes.json"
                 ref.write_text(json.dumps(rows["current"][0]["codes"]))
-            r = _run(src, model, args, quant=quant, ref_codes=ref, compile=name == "compiled")
+            trace = args.trace and name != "current" and name != "baseline" and name != "compiled"
+            r = _run(src, model, args, quant=quant, ref_codes=ref, compile=name == "compiled", trace=trace)
             rows[name].append(r)
             print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
     gbps = statistics.median(bw)
@@ -376,6 +391,15 @@ def main() -> None:
                 f"{args.quant} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
                 f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
             )
+    if "traced" in rows:
+        ratio = result["variants"]["current"]["frame_ms"] / result["variants"]["traced"]["frame_ms"]
+        same = rows["traced"][0]["codes"] == rows["current"][0]["codes"]
+        result["traced"] = {
+            "speedup": ratio,
+            "codes_identical": same,
+            "trace_s": _median(rows["traced"], "trace_s"),
+        }
+        print(f"recorded code-predictor steps: {ratio:.2f}x per frame; codes identical: {same}")
     if "compiled" in rows:
         ratio = result["variants"]["current"]["frame_ms"] / result["variants"]["compiled"]["frame_ms"]
         comp = {"speedup": ratio, "compile_s": _median(rows["compiled"], "compile_s")}
@@ -388,9 +412,13 @@ def main() -> None:
         )
     if args.streams:
         result["batched"] = []
+        result["batched_quant"] = args.batch_quant
         base_fps = None
         for s in (int(x) for x in args.streams.split(",")):
-            rs = [_run(cur, model, args, streams=s, batched=True) for _ in range(args.reps)]
+            rs = [
+                _run(cur, model, args, streams=s, batched=True, quant=args.batch_quant, trace=args.trace)
+                for _ in range(args.reps)
+            ]
             fps = _median(rs, "frames_per_s")
             base_fps = base_fps or fps
             per = _median(rs, "per_stream_frame_ms")
