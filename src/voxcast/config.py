@@ -69,7 +69,8 @@ class EngineConfig:
         compile: "off", "on" or "auto" (on for CUDA): torch.compile the decode steps, with CUDA
             graphs on CUDA (``VOXCAST_COMPILE``). Not bit-exact.
         decode_thread: decode audio on a second thread, overlapped with generating the next
-            frames (``VOXCAST_DECODE_THREAD``, on).
+            frames (``VOXCAST_DECODE_THREAD``, off: on 2 CPU cores the two threads compete for the
+            same cores and it measured 0.8-1.08x, see scripts/bench_serving.py; for more cores/GPUs).
         codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
             (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AMX, not bit-exact.
         trace_steps: on a CPU without ``compile``, replay the code predictor's 15 intra-frame forwards
@@ -94,7 +95,7 @@ class EngineConfig:
     quant: str = "none"
     prefix_cache: bool = True
     compile: str = "off"
-    decode_thread: bool = True
+    decode_thread: bool = False
     prefill_chunk: int = 16
     codec_dtype: str = "auto"
     trace_steps: bool = True
