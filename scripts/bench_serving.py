@@ -200,14 +200,16 @@ def plot(summary: dict[str, Any], levels: list[int], official: dict[str, Any] | 
     fig.savefig(path, dpi=110)
 
 
-def load_engines(path: Path, modes: list[str], dtype: str) -> dict[str, Engine]:
-    """One loaded model, one warmed engine per decode-thread setting."""
+def load_engines(path: Path, modes: list[str], dtype: str, **options: Any) -> dict[str, Engine]:
+    """One loaded model, one warmed engine per decode-thread setting (``options``: more EngineConfig fields)."""
     first = Engine.load(
-        EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[modes[0]])
+        EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[modes[0]], **options)
     )
     engines = {modes[0]: first}
     for mode in modes[1:]:
-        config = EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[mode])
+        config = EngineConfig(
+            model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[mode], **options
+        )
         engines[mode] = Engine(first.model, config, load_ms=first.load_ms)
         engines[mode].warmup()
     return engines
@@ -259,6 +261,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
+    ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--official", action="store_true", help="also time the official qwen-tts")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
@@ -267,7 +271,7 @@ def main() -> int:
 
     path = args.model or checkpoint(args.size)
     name = args.model.name if args.model else args.size
-    engines = load_engines(path, modes, args.dtype)
+    engines = load_engines(path, modes, args.dtype, quant=args.quant, codec_dtype=args.codec_dtype)
     model = engines[modes[0]].model
     runs: dict[str, dict[str, Any]] = {m: {"ttfa": [], "levels": {n: [] for n in levels}} for m in modes}
     k, ref = 0, None
