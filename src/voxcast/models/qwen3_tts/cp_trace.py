@@ -37,6 +37,9 @@ __all__ = ["TracedSteps", "bucket"]
 
 logger = logging.getLogger(__name__)
 
+#: Runs of each new recording at record time (TorchScript's profiling executor optimises after 2).
+_WARM_RUNS = 3
+
 
 class _Step(nn.Module):
     """One intra-frame forward at fixed positions, with the per-layer caches as inputs."""
@@ -81,6 +84,12 @@ class TracedSteps:
             with warnings.catch_warnings():  # tracer notes on Python values baked into the graph
                 warnings.simplefilter("ignore")
                 steps.append(torch.jit.trace(_Step(cp, start), (example, ks, vs), check_trace=False))
+        # TorchScript profiles a recording's first runs and then optimises it (hundreds of ms per
+        # step): pay that here, not in the first frame that uses this batch size.
+        for step, (_, length) in zip(steps, self.starts(), strict=True):
+            example = torch.zeros(batch, length, hidden, dtype=w.dtype, device=w.device)
+            for _ in range(_WARM_RUNS):
+                step(example, ks, vs)
         self._steps[batch] = steps
         logger.info("recorded code-predictor steps for batch %d in %.2f s", batch, time.perf_counter() - t0)
 
