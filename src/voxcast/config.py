@@ -22,8 +22,8 @@ DEFAULT_FIRST_CHUNK_FRAMES = 1
 
 DEFAULT_CHUNK_FRAMES = 4
 """Later chunks carry 4 frames (320 ms). Measured with scripts/bench_codec.py (full-size decoder,
-fp32, CPU): the stateful decoder costs 180 ms/frame in 1-frame chunks, 152 at 2, 110 at 4 and 98 at 8,
-so 4 frames take most of the gain while a listener waits at most 320 ms for the next chunk, and the
+fp32, 2 CPU cores): the stateful decoder costs 109 ms/frame in 1-frame chunks, 81 at 2, 59 at 4 and 57
+at 8 (bf16: 60/41/30/27), so 4 frames take most of the gain while a listener waits at most 320 ms for the next chunk, and the
 per-chunk costs of the adapters (messages, base64, Redis entries) stay small."""
 
 DEFAULT_MAX_FRAMES_CAP = 2400
