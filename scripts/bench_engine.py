@@ -107,6 +107,16 @@ def one_frame_codec_ms(engine: Engine, voice: Any, reps: int = 5) -> float:
     return statistics.median(out)
 
 
+def machine_info() -> dict[str, Any]:
+    """What a benchmark JSON records about where it ran."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+    }
+
+
 def median(rows: list[dict[str, float]], key: str) -> float:
     return float(statistics.median(r[key] for r in rows))
 
@@ -149,12 +159,7 @@ def main() -> int:
     engine.close()
 
     summary: dict[str, Any] = {
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-        },
+        "machine": machine_info(),
         "config": vars(args) | {"out": str(args.out), "checkpoint": str(path)},
         "load_ms": engine.load_ms,
         "warmup_ms": engine.warmup_ms,

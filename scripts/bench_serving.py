@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import threading
@@ -36,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import REF_TEXT, TEXT, checkpoint, run_official  # noqa: E402
+from bench_engine import REF_TEXT, TEXT, checkpoint, machine_info, run_official  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
@@ -301,12 +299,7 @@ def main() -> int:
 
     summary = summarize(runs, levels)
     doc = {
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(),
-        },
+        "machine": machine_info(),
         "config": vars(args) | {"out": str(args.out), "checkpoint": str(path)},
         "load_ms": engines[modes[0]].load_ms,
         "warmup_ms": {m: e.warmup_ms for m, e in engines.items()},

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.test_model_batching import _batched
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXTS = [
@@ -25,14 +25,7 @@ def _run(model: Qwen3TTS, greedy: bool, frames: int = 8) -> list[list[list[int]]
         )
         for i, t in enumerate(TEXTS)
     ]
-    out: list[list[list[int]]] = [[] for _ in gens]
-    while True:
-        got = step_many(gens)
-        if all(f is None for f in got):
-            return out
-        for i, f in enumerate(got):
-            if f is not None:
-                out[i].append(f.tolist())
+    return _batched(gens)
 
 
 @pytest.mark.parametrize("quant", ["none", "int8"])

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.test_model_batching import _batched
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.graphs import bucket
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -81,14 +81,7 @@ def test_static_path_in_batched_steps(checkpoint: str) -> None:
         model.new_generator(model.build_prompt(TEXT, speaker=s), SamplingParams(greedy=True), 8)
         for s in ("ryan", "vivian")
     ]
-    batched: list[list[list[int]]] = [[], []]
-    while True:
-        frames = step_many(gens)
-        if all(f is None for f in frames):
-            break
-        for i, f in enumerate(frames):
-            if f is not None:
-                batched[i].append(f.tolist())
+    batched = _batched(gens)
     eager = Qwen3TTS.from_pretrained(checkpoint)
     assert batched == [_codes(eager, frames=8, speaker=s) for s in ("ryan", "vivian")]
 

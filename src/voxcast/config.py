@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from voxcast.envvars import env_bool, env_int
+from voxcast.envvars import env_bool, env_int, env_str
 
 __all__ = ["EngineConfig", "max_frames_for_text"]
 
@@ -134,13 +134,13 @@ class EngineConfig:
             warmup=env_bool(env, "VOXCAST_WARMUP", d.warmup),
             threads=env_int(env, "VOXCAST_THREADS", d.threads),
             max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
-            quant=env.get("VOXCAST_QUANT", d.quant).strip().lower() or d.quant,
+            quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
-            compile=env.get("VOXCAST_COMPILE", d.compile).strip().lower() or d.compile,
+            compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=env_bool(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
-            codec_dtype=env.get("VOXCAST_CODEC_DTYPE", d.codec_dtype).strip().lower() or d.codec_dtype,
+            codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
         )
 
     def resolved_compile(self) -> bool:

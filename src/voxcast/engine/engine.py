@@ -102,7 +102,7 @@ class Engine:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
-        dtype = torch.bfloat16 if config.resolved_dtype() == "bfloat16" else torch.float32
+        dtype = _DTYPES[config.resolved_dtype()]
         model = Qwen3TTS.from_pretrained(
             config.model,
             device=config.resolved_device(),

@@ -163,7 +163,7 @@ class CodePredictor(nn.Module):
         embeds = [code0_embed]
         for g in range(self.num_codes):
             if self.static is not None:
-                h = self.static.cp_step(self, x, cache, g)
+                h = self.static.cp_step(x, cache, g)
             elif self.traced is not None:
                 h = self.traced.step(x, g)
             else:

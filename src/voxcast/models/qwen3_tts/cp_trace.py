@@ -83,13 +83,12 @@ class TracedSteps:
             example = torch.zeros(batch, length, hidden, dtype=w.dtype, device=w.device)
             with warnings.catch_warnings():  # tracer notes on Python values baked into the graph
                 warnings.simplefilter("ignore")
-                steps.append(torch.jit.trace(_Step(cp, start), (example, ks, vs), check_trace=False))
-        # TorchScript profiles a recording's first runs and then optimises it (hundreds of ms per
-        # step): pay that here, not in the first frame that uses this batch size.
-        for step, (_, length) in zip(steps, self.starts(), strict=True):
-            example = torch.zeros(batch, length, hidden, dtype=w.dtype, device=w.device)
+                step = torch.jit.trace(_Step(cp, start), (example, ks, vs), check_trace=False)
+            # TorchScript profiles a recording's first runs and then optimises it (hundreds of ms
+            # per step): pay that here, not in the first frame that uses this batch size.
             for _ in range(_WARM_RUNS):
                 step(example, ks, vs)
+            steps.append(step)
         self._steps[batch] = steps
         logger.info("recorded code-predictor steps for batch %d in %.2f s", batch, time.perf_counter() - t0)
 

@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.code_predictor import CodePredictor
     from voxcast.models.qwen3_tts.talker import DecoderLayer, KVCache, Talker
 
 __all__ = ["StaticDecode", "bucket"]
@@ -73,6 +72,22 @@ def layer_step(
     )
     x = x + att.o_proj(out.transpose(1, 2).reshape(b, n, -1))
     return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+def _layers(
+    layers: nn.ModuleList,
+    h: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor,
+    mask: Tensor,
+    ks: list[Tensor],
+    vs: list[Tensor],
+) -> Tensor:
+    """:func:`layer_step` through a stack of decoder blocks, each with its own cache tensors."""
+    for layer, k, v in zip(layers, ks, vs, strict=True):
+        h = layer_step(layer, h, cos, sin, pos, mask, k, v)  # type: ignore[arg-type]
+    return h
 
 
 class StaticDecode:
@@ -124,13 +139,12 @@ class StaticDecode:
         vs: list[Tensor],
     ) -> Tensor:
         cp = self.talker.code_predictor
-        h = cp.small_to_mtp_projection(embeds)
-        for layer, k, v in zip(cp.model.layers, ks, vs, strict=True):
-            h = layer_step(layer, h, cos, sin, pos, mask, k, v)  # type: ignore[arg-type]
+        h = _layers(cp.model.layers, cp.small_to_mtp_projection(embeds), cos, sin, pos, mask, ks, vs)
         return cp.model.norm(h)
 
-    def cp_step(self, cp: CodePredictor, embeds: Tensor, cache: list[KVCache], step: int) -> Tensor:
+    def cp_step(self, embeds: Tensor, cache: list[KVCache], step: int) -> Tensor:
         """Normed hidden states ``[B, L, hidden]`` of intra-frame step ``step`` (0..14)."""
+        cp = self.talker.code_predictor
         if not self._cp_rope:
             for p in self._cp_pos:
                 cos, sin = cp._rope(int(p[0]), len(p), embeds.dtype, embeds.device)
@@ -167,10 +181,7 @@ class StaticDecode:
         vs: list[Tensor],
     ) -> tuple[Tensor, Tensor]:
         t = self.talker
-        h = embeds
-        for layer, k, v in zip(t.model.layers, ks, vs, strict=True):
-            h = layer_step(layer, h, cos, sin, pos, mask, k, v)  # type: ignore[arg-type]
-        h = t.model.norm(h)
+        h = t.model.norm(_layers(t.model.layers, embeds, cos, sin, pos, mask, ks, vs))
         return h, t.codec_head(h)
 
     def talker_step(self, embeds: Tensor, cache: list[KVCache], start: int) -> tuple[Tensor, Tensor]:
