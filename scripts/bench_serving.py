@@ -14,7 +14,10 @@ Prints a table and the on/off ratios (medians of back-to-back pairs); writes ben
 batching) on the same weights, via bench_engine.run_official.
 
     python scripts/bench_serving.py [--size tiny | --model DIR] [--streams 1,2,4,8] [--frames 24] [--reps 2]
-        [--decode-thread both|on|off] [--official]
+        [--decode-thread both|on|off|auto] [--official]
+
+``--decode-thread auto`` runs one engine that picks the mode at warm-up; the JSON records its timings
+(``decode_calibration``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from voxcast.engine.engine import Engine  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
 
 SR = 24000
-MODES = {"on": True, "off": False}
+MODES = {"on": "on", "off": "off", "auto": "auto"}
 
 
 def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
@@ -257,7 +260,7 @@ def main() -> int:
     ap.add_argument("--streams", default="1,2,4,8")
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off"])
+    ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off", "auto"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
     ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
@@ -270,6 +273,13 @@ def main() -> int:
     path = args.model or checkpoint(args.size)
     name = args.model.name if args.model else args.size
     engines = load_engines(path, modes, args.dtype, quant=args.quant, codec_dtype=args.codec_dtype)
+    for mode, engine in engines.items():
+        if engine.decode_calibration:
+            cal = engine.decode_calibration
+            print(
+                f"decode thread {mode}: warm-up chose {'on' if cal['decode_thread'] else 'off'} "
+                f"(calibration streams {cal['on_ms']:.0f} ms with the thread, {cal['off_ms']:.0f} ms without)"
+            )
     model = engines[modes[0]].model
     runs: dict[str, dict[str, Any]] = {m: {"ttfa": [], "levels": {n: [] for n in levels}} for m in modes}
     k, ref = 0, None
@@ -303,6 +313,7 @@ def main() -> int:
         "config": vars(args) | {"out": str(args.out), "checkpoint": str(path)},
         "load_ms": engines[modes[0]].load_ms,
         "warmup_ms": {m: e.warmup_ms for m, e in engines.items()},
+        "decode_calibration": {m: e.decode_calibration for m, e in engines.items()},
         "model": {"identity": model.identity, "prefix_cache": getattr(model, "prefix_cache_enabled", None)},
         "summary": summary,
         "official": official,

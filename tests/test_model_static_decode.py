@@ -125,7 +125,7 @@ def test_compile_option_parsing() -> None:
         EngineConfig.from_env({"VOXCAST_COMPILE": "fast"})
     env = {"VOXCAST_PREFIX_CACHE": "0", "VOXCAST_DECODE_THREAD": "off"}
     cfg = EngineConfig.from_env(env)
-    assert not cfg.prefix_cache and not cfg.decode_thread
+    assert not cfg.prefix_cache and cfg.decode_thread == "off"
 
 
 def test_model_compile_flag_enables_static_steps(checkpoint: str) -> None:

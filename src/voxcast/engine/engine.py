@@ -6,9 +6,10 @@ new requests (prompt + prefill, alone; at most one per round while others are de
 streams stall by about one prefill) and advances every active request by one frame per round in one
 batched step (continuous batching: the talker and code predictor read their weights once for all
 rows), so concurrent users share the cost of a frame instead of queueing behind each other.
-Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with
-``config.decode_thread`` the codec decodes them on a second thread while the scheduler generates the
-next frames; a stream ends only after its last chunk was decoded and delivered.
+Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with a decode thread
+(``config.decode_thread`` "on", or "auto" when warm-up measured it faster on this machine) the codec
+decodes them on a second thread while the scheduler generates the next frames; a stream ends only
+after its last chunk was decoded and delivered.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ class Engine:
         self._active: list[_Active] = []
         self._prefilling: list[_Active] = []  # admitted, prefill interleaved with the active frames
         self._stopping = threading.Event()
-        self._decode = DecodeStage(config.decode_thread, _DECODE_TORCH_THREADS)
+        self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
+        #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
+        self.decode_calibration: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
         self._thread.start()
 
@@ -131,6 +134,11 @@ class Engine:
     @property
     def sample_rate(self) -> int:
         return int(self.model.sample_rate)
+
+    @property
+    def decode_threaded(self) -> bool:
+        """Whether chunks after the first are decoded on the decode thread."""
+        return self._decode.threaded
 
     @property
     def alive(self) -> bool:
@@ -203,10 +211,59 @@ class Engine:
         for request, voice in warmup_requests(self):
             for _ in self.synthesize(request, voice):
                 pass
+        if self.config.decode_thread == "auto":
+            self.calibrate_decode_thread()
         self.warmup_ms = (time.perf_counter() - t0) * 1000
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
         return self.warmup_ms
+
+    def calibrate_decode_thread(self, rounds: int = 1) -> bool:
+        """Time the same concurrent workload with and without the decode thread; keep the faster.
+
+        Overlapping audio decoding with generation pays only where the two do not fight over the same
+        cores and memory bandwidth, which no core count predicts (on 2 CPU cores it measured 0.8-1.08x
+        on one machine and 1.22-1.37x on another). So warm-up measures it: ``min(2, max_active)``
+        streams of a warm-up request each, started together, run ``rounds`` times in each mode in the
+        order off, on, on, off, ... (drift cancels); the thread stays on only if its total is at least
+        5% shorter. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 5 s each). Call it
+        while no other request runs (warm-up does). Returns the choice.
+        """
+        from voxcast.engine.warmup import calibration_requests
+
+        requests = calibration_requests(self)
+        totals = {False: 0.0, True: 0.0}
+        for i in range(2 * rounds):
+            threaded = i % 4 in (1, 2)
+            self._use_decode_thread(threaded)
+            t0 = time.perf_counter()
+            streams = [self.synthesize(r, v) for r, v in requests]
+            for stream in streams:
+                for _ in stream:
+                    pass
+            totals[threaded] += time.perf_counter() - t0
+        choice = totals[True] < 0.95 * totals[False]
+        self._use_decode_thread(choice)
+        self.decode_calibration = {
+            "off_ms": totals[False] / rounds * 1000,
+            "on_ms": totals[True] / rounds * 1000,
+            "decode_thread": choice,
+        }
+        log.info(
+            "decode thread %s: concurrent warm-up streams took %.0f ms with it, %.0f ms without",
+            "on" if choice else "off",
+            self.decode_calibration["on_ms"],
+            self.decode_calibration["off_ms"],
+        )
+        return choice
+
+    def _use_decode_thread(self, threaded: bool) -> None:
+        """Swap the decode stage (only while no stream is running: its jobs would be split)."""
+        if threaded == self._decode.threaded:
+            return
+        old = self._decode
+        self._decode = DecodeStage(threaded, _DECODE_TORCH_THREADS)
+        old.join(timeout=10)
 
     # -- scheduler thread ------------------------------------------------------------------------
     def _run(self) -> None:

@@ -17,7 +17,7 @@ from voxcast.engine.request import SynthesisRequest
 if TYPE_CHECKING:
     from voxcast.engine.engine import Engine
 
-__all__ = ["warmup_requests"]
+__all__ = ["calibration_requests", "warmup_requests"]
 
 WARMUP_TEXT = "Hello, this is a short warm-up sentence."
 REFERENCE_TEXT = "This is a reference recording."
@@ -53,3 +53,19 @@ def warmup_requests(engine: Engine) -> Iterator[tuple[SynthesisRequest, Any]]:
     for v in variants:
         yield SynthesisRequest.model_validate({**base, **v}), icl
     yield SynthesisRequest.model_validate({**base, "greedy": True}), xvec
+
+
+def calibration_requests(engine: Engine) -> list[tuple[SynthesisRequest, Any]]:
+    """The concurrent workload that ``decode_thread=auto`` times: ``min(2, max_active)`` streams.
+
+    Each runs past the chunk ramp into full-size chunks (first chunk + 3 full ones), so most of its
+    audio is decoded where the decode thread would take it.
+    """
+    cfg = engine.config
+    frames = cfg.first_chunk_frames + 3 * cfg.chunk_frames
+    request, voice = next(iter(warmup_requests(engine)))
+    n = min(2, cfg.max_active)
+    return [
+        (request.model_copy(update={"max_frames": frames, "request_id": f"calibrate-{i}"}), voice)
+        for i in range(n)
+    ]
