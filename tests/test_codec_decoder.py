@@ -219,3 +219,23 @@ def test_bfloat16_streams_exactly_and_stays_close(tokenizer_dir: Path) -> None:
     assert one_pass.dtype == np.float32
     assert np.abs(_stream(dec, codes, [1, 3, 8]) - one_pass).max() <= 1e-2
     assert np.sqrt(np.mean((one_pass - ref) ** 2)) <= 0.05 * np.sqrt(np.mean(ref**2))
+
+
+def test_pruned_priming_state_equals_a_full_conv_pass(decoder: CodecDecoder) -> None:
+    """Priming computes only the samples the conv states depend on, narrowing toward the output."""
+    ref_codes = _codes(30, 13)
+    needs = decoder._back_needs()
+    assert needs[-1] == decoder.decoder[-1].context  # the last conv: its tail only, no output
+    assert needs[0] == decoder._back_context_frames() < 30
+    full, pruned = decoder._fresh_state(), decoder._fresh_state()
+    with torch.inference_mode():
+        decoder._back(decoder._front(ref_codes[None], full), full)
+        decoder._prime_back(decoder._front(ref_codes[None], pruned), pruned)
+    assert full.position == pruned.position == 30
+    tails = 0
+    for a, b in zip(full.convs, pruned.convs, strict=True):
+        assert (a is None) == (b is None)  # kernel-1 convs keep no state
+        if a is not None and b is not None:
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=0)
+            tails += 1
+    assert tails > 10

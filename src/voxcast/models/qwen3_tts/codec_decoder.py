@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -114,16 +113,42 @@ class CodecDecoder(nn.Module):
     def _run(self, codes: Tensor, st: _State) -> Tensor:  # codes: [B, T, Q] -> [B, T * spf]
         return self._back(self._front(codes, st), st)
 
+    def _back_modules(self) -> list[nn.Module]:
+        """The conv stack after the transformer, in order (each takes ``(h, st)`` but SnakeBeta ``(h)``)."""
+        mods: list[nn.Module] = []
+        for pair in self.upsample:
+            assert isinstance(pair, nn.ModuleList)
+            mods += list(pair)
+        return mods + list(self.decoder)
+
+    def _back_needs(self) -> list[int]:
+        """Per conv-stack module, the inputs (its last ones) that fix its every state after a prime.
+
+        Walked backwards from the last conv, whose output priming discards (0 samples needed): each
+        module needs the inputs that determine the outputs its successor needs, plus its own tail.
+        ``[0]`` is in frames of transformer output (~10 for the real model).
+        """
+        needs, n = [], 0
+        for m in reversed(self._back_modules()):
+            n = m.needed_input(n)  # type: ignore[operator]
+            needs.append(n)
+        return needs[::-1]
+
     def _back_context_frames(self) -> int:
         """Frames of transformer output that determine the conv stack's state (its receptive field)."""
-        frames, rate = 0.0, 1  # rate: samples per frame at the current stage
-        for m in [*self.upsample.modules(), *self.decoder.modules()]:
-            if isinstance(m, CausalTransConv):
-                frames += m.context / rate
-                rate *= m.stride
-            elif isinstance(m, CausalConv):
-                frames += m.context / rate
-        return math.ceil(frames) + 2  # ~10 for the real model; +2 for safety
+        return self._back_needs()[0]
+
+    def _prime_back(self, h: Tensor, st: _State) -> None:
+        """Bring the conv stack's state to the end of ``h`` [B, latent, T], computing only what it needs.
+
+        Each module runs on just the inputs its state and its successor's needs depend on (a few
+        hundred samples at the 24 kHz end instead of ~10 frames x 1920), so priming a voice costs a
+        fraction of decoding those frames. The state equals a full run's up to float rounding
+        (different GEMM widths).
+        """
+        for m, need in zip(self._back_modules(), self._back_needs(), strict=True):
+            h = h[..., -need:]
+            h = m(h) if isinstance(m, SnakeBeta) else m(h, st)
 
     def _check_codes(self, codes: Tensor) -> Tensor:
         if codes.dim() != 2 or codes.shape[1] != self.config.num_quantizers:
@@ -149,9 +174,10 @@ class CodecDecoder(nn.Module):
     def new_stream(self, prime_codes: Tensor | None = None) -> StreamingDecoder:
         """A stream with fresh state, optionally primed with reference codes (audio discarded).
 
-        Priming runs the transformer over every reference frame but the conv stack only over the
-        last few (its receptive field, :meth:`_back_context_frames`): the state after the
-        reference is the same, at a fraction of a full decode. Call it once per voice and
+        Priming runs the transformer over every reference frame but the conv stack only over what
+        its final state depends on (:meth:`_prime_back`: the last ~10 frames at the transformer,
+        narrowing to a few hundred samples at the output): the state after the reference is the
+        same, at a fraction of a full decode. Call it once per voice and
         :meth:`StreamingDecoder.clone` the result for every request. The stream then returns
         exactly the generated frames' samples. (The official wrapper decodes ref ++ gen and drops
         ``int(ref / total * total * 1920)`` samples: ``ref * 1920``, or one fewer where the float
@@ -161,8 +187,7 @@ class CodecDecoder(nn.Module):
         if prime_codes is not None and prime_codes.shape[0] > 0:
             codes = self._check_codes(prime_codes)
             with torch.inference_mode():
-                h = self._front(codes[None], st)
-                self._back(h[:, :, -self._back_context_frames() :], st)
+                self._prime_back(self._front(codes[None], st), st)
         stream = StreamingDecoder(self, st)
         stream.primed_frames = st.position
         return stream

@@ -134,6 +134,10 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.context = (kernel - 1) * dilation
 
+    def needed_input(self, n: int) -> int:
+        """Inputs (the last ones) that determine the last ``n`` outputs and the state after them."""
+        return n + self.context
+
     def forward(self, x: Tensor, st: _State) -> Tensor:  # x: [B, C, T]
         if self.context:
             prev = st.convs[self.slot]
@@ -179,6 +183,10 @@ class CausalTransConv(nn.Module):
         self.stride, self.parts = stride, kernel // stride
         self.context = self.parts - 1
 
+    def needed_input(self, n: int) -> int:
+        """Inputs (the last ones) that determine the last ``n`` outputs and the state after them."""
+        return -(-n // self.stride) + self.context
+
     def forward(self, x: Tensor, st: _State) -> Tensor:  # x: [B, Cin, T] -> [B, Cout, T*stride]
         b, cin, t = x.shape
         xx = x
@@ -210,6 +218,10 @@ class SnakeBeta(nn.Module):
     def _coefs(self) -> tuple[Tensor, Tensor]:  # ([C, 1], [C, 1])
         return torch.exp(self.alpha)[:, None], (1.0 / (torch.exp(self.beta) + 1e-9))[:, None]
 
+    def needed_input(self, n: int) -> int:
+        """Pointwise: the last ``n`` outputs need the last ``n`` inputs."""
+        return n
+
     def forward(self, x: Tensor) -> Tensor:  # x: [B, C, T]
         alpha, inv_beta = _fold(self, self._coefs)
         s = torch.mul(x, alpha).sin_()
@@ -227,6 +239,10 @@ class ConvNeXtBlock(nn.Module):
         self.act = nn.GELU()
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
+
+    def needed_input(self, n: int) -> int:
+        """Inputs (the last ones) that determine the last ``n`` outputs and the state after them."""
+        return self.dwconv.needed_input(n)
 
     def forward(self, x: Tensor, st: _State) -> Tensor:  # x: [B, C, T]
         h = self.dwconv(x, st).transpose(1, 2)  # [B, T, C]
@@ -257,6 +273,15 @@ class DecoderBlock(nn.Module):
         units: list[nn.Module] = [SnakeBeta(cin), CausalTransConv(cin, cout, 2 * rate, rate)]
         units += [ResidualUnit(cout, d) for d in (1, 3, 9)]
         self.block = nn.ModuleList(units)
+
+    def needed_input(self, n: int) -> int:
+        """Inputs (the last ones) that determine the last ``n`` outputs and every state after them."""
+        for unit in self.block[2:]:
+            assert isinstance(unit, ResidualUnit)
+            n += unit.conv1.context  # conv2 is kernel 1
+        trans = self.block[1]
+        assert isinstance(trans, CausalTransConv)
+        return trans.needed_input(n)
 
     def forward(self, x: Tensor, st: _State) -> Tensor:
         x = self.block[1](self.block[0](x), st)
