@@ -41,6 +41,7 @@ from bench_engine import REF_TEXT, TEXT, checkpoint, machine_info, run_official 
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
+from voxcast.engine.threads import on_fresh_thread  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
 
 SR = 24000
@@ -50,7 +51,8 @@ MODES = {"on": "on", "off": "off", "auto": "auto"}
 def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
     """An ICL voice no cache has seen (its reference audio differs for every ``k``)."""
     ref = _reference_audio(SR, seconds=3.0 + 0.01 * k)
-    return engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT), ref
+    # off this thread, as Engine.create_voice does (voxcast.engine.threads)
+    return on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT)), ref
 
 
 def stream_record(engine: Engine, voice: Any, frames: int, seed: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.threads import on_fresh_thread
 from voxcast.engine.timing import playback_stalls
 from voxcast.errors import EngineUnavailable, InvalidRequest
 
@@ -106,15 +107,17 @@ class Engine:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
         dtype = _DTYPES[config.resolved_dtype()]
-        model = Qwen3TTS.from_pretrained(
-            config.model,
-            device=config.resolved_device(),
-            dtype=dtype,
-            quant=config.quant,
-            prefix_cache=config.prefix_cache,
-            compile=config.resolved_compile(),
-            codec_dtype=_DTYPES.get(config.codec_dtype),
-            trace_steps=config.trace_steps and config.resolved_device() == "cpu",
+        model = on_fresh_thread(  # see voxcast.engine.threads: no lasting OpenMP team on this thread
+            lambda: Qwen3TTS.from_pretrained(
+                config.model,
+                device=config.resolved_device(),
+                dtype=dtype,
+                quant=config.quant,
+                prefix_cache=config.prefix_cache,
+                compile=config.resolved_compile(),
+                codec_dtype=_DTYPES.get(config.codec_dtype),
+                trace_steps=config.trace_steps and config.resolved_device() == "cpu",
+            )
         )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)
@@ -179,8 +182,10 @@ class Engine:
                 f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
             )
         pcm = load_reference_audio(audio)
-        return self.model.make_voice_prompt(
-            pcm, self.sample_rate, ref_text=ref_text, x_vector_only=x_vector_only or ref_text is None
+        return on_fresh_thread(
+            lambda: self.model.make_voice_prompt(
+                pcm, self.sample_rate, ref_text=ref_text, x_vector_only=x_vector_only or ref_text is None
+            )
         )
 
     def _prepare_voice(self, stream: SynthesisStream) -> None:
@@ -207,8 +212,8 @@ class Engine:
         t0 = time.perf_counter()
         prepare = getattr(self.model, "prepare_batches", None)
         if prepare is not None:  # e.g. the code predictor's recorded steps for every batch size
-            prepare(self.config.max_active)
-        for request, voice in warmup_requests(self):
+            on_fresh_thread(lambda: prepare(self.config.max_active))
+        for request, voice in on_fresh_thread(lambda: list(warmup_requests(self))):
             for _ in self.synthesize(request, voice):
                 pass
         if self.config.decode_thread == "auto":
@@ -231,7 +236,7 @@ class Engine:
         """
         from voxcast.engine.warmup import calibration_requests
 
-        requests = calibration_requests(self)
+        requests = on_fresh_thread(lambda: calibration_requests(self))
         totals = {False: 0.0, True: 0.0}
         for i in range(2 * rounds):
             threaded = i % 4 in (1, 2)
