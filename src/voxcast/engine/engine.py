@@ -213,17 +213,20 @@ class Engine:
         prepare = getattr(self.model, "prepare_batches", None)
         if prepare is not None:  # e.g. the code predictor's recorded steps for every batch size
             on_fresh_thread(lambda: prepare(self.config.max_active))
-        for request, voice in on_fresh_thread(lambda: list(warmup_requests(self))):
+        pairs = on_fresh_thread(lambda: list(warmup_requests(self)))
+        for request, voice in pairs:
             for _ in self.synthesize(request, voice):
                 pass
         if self.config.decode_thread == "auto":
-            self.calibrate_decode_thread()
+            self.calibrate_decode_thread(sample=pairs[0])
         self.warmup_ms = (time.perf_counter() - t0) * 1000
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
         return self.warmup_ms
 
-    def calibrate_decode_thread(self, rounds: int = 1) -> bool:
+    def calibrate_decode_thread(
+        self, rounds: int = 1, sample: tuple[SynthesisRequest, Any] | None = None
+    ) -> bool:
         """Time the same concurrent workload with and without the decode thread; keep the faster.
 
         Overlapping audio decoding with generation pays only where the two do not fight over the same
@@ -231,12 +234,13 @@ class Engine:
         on one machine and 1.22-1.37x on another). So warm-up measures it: ``min(2, max_active)``
         streams of a warm-up request each, started together, run ``rounds`` times in each mode in the
         order off, on, on, off, ... (drift cancels); the thread stays on only if its total is at least
-        5% shorter. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 5 s each). Call it
-        while no other request runs (warm-up does). Returns the choice.
+        5% shorter. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 3.5 s each). Call it
+        while no other request runs (warm-up does). ``sample``: the (request, voice) to run (default:
+        the first warm-up request, built here). Returns the choice.
         """
         from voxcast.engine.warmup import calibration_requests
 
-        requests = on_fresh_thread(lambda: calibration_requests(self))
+        requests = on_fresh_thread(lambda: calibration_requests(self, sample))
         totals = {False: 0.0, True: 0.0}
         for i in range(2 * rounds):
             threaded = i % 4 in (1, 2)

@@ -55,15 +55,18 @@ def warmup_requests(engine: Engine) -> Iterator[tuple[SynthesisRequest, Any]]:
     yield SynthesisRequest.model_validate({**base, "greedy": True}), xvec
 
 
-def calibration_requests(engine: Engine) -> list[tuple[SynthesisRequest, Any]]:
+def calibration_requests(
+    engine: Engine, sample: tuple[SynthesisRequest, Any] | None = None
+) -> list[tuple[SynthesisRequest, Any]]:
     """The concurrent workload that ``decode_thread=auto`` times: ``min(2, max_active)`` streams.
 
-    Each runs past the chunk ramp into full-size chunks (first chunk + 3 full ones), so most of its
-    audio is decoded where the decode thread would take it.
+    Each is ``sample`` (default: the first warm-up request; warm-up passes the one it already built,
+    so no voice prompt is computed twice) run past the chunk ramp into full-size chunks (first chunk +
+    3 full ones), so most of its audio is decoded where the decode thread would take it.
     """
     cfg = engine.config
     frames = cfg.first_chunk_frames + 3 * cfg.chunk_frames
-    request, voice = next(iter(warmup_requests(engine)))
+    request, voice = sample if sample is not None else next(iter(warmup_requests(engine)))
     n = min(2, cfg.max_active)
     return [
         (request.model_copy(update={"max_frames": frames, "request_id": f"calibrate-{i}"}), voice)
