@@ -37,7 +37,7 @@ def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:
         )
         emits, durs = [], []
         for chunk in stream:
-            emits.append(chunk.t_emit - stream.t_submit)
+            emits.append(chunk.t_emit - stream.started_at)
             durs.append(chunk.duration_s)
         stalls, stall_s = playback_stalls(emits, durs)
         out[i] = {

@@ -124,6 +124,24 @@ def test_registered_voice_by_id_and_inline_reference(base_engine: Engine, blob_s
         list(service.synthesize({"text": "Hi", "voice": "vx_" + "0" * 32}))
 
 
+def test_first_audio_counts_from_the_request_including_voice_building(
+    base_engine: Engine, blob_store: BlobStore
+) -> None:
+    service = Service.assemble(ServiceConfig(), base_engine, blob_store)
+    t = np.arange(36000) / 24000  # a reference no other test registers
+    buf = io.BytesIO()
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 150 * t), 24000, format="WAV")
+    req = {"text": "Hello there.", "ref_audio": base64.b64encode(buf.getvalue()).decode(), "ref_text": "Mine."}
+    stream = service.synthesize({**req, "voice": None, "max_frames": 3, "cache": False})
+    chunks = list(stream)
+    timing = stream.result.timing
+    assert timing.voice_cache_hit is False and timing.voice_ms > 0
+    # what a caller waited for: the first chunk's own time stamp, voice building included
+    assert timing.ttfa_ms >= timing.voice_ms
+    assert abs(timing.ttfa_ms - chunks[0].t_ms) < 5.0
+    assert timing.total_ms >= timing.ttfa_ms
+
+
 def test_clone_on_custom_voice_is_refused(service: Service) -> None:
     with pytest.raises(InvalidRequest) as info:
         list(service.synthesize({"text": "Hi", "ref_audio": base64.b64encode(_ref_audio()).decode()}))

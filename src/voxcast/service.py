@@ -321,6 +321,7 @@ class Service:
         encoder = StreamEncoder(req.response_format, req.sample_rate)
         es = self.engine.synthesize(req, voice)
         es.timing = timing
+        es.t_origin = t0  # first audio and total count from the request's arrival, voice included
         s._engine_stream = es
         if s.cancelled:
             es.cancel()

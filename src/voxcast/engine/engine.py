@@ -457,7 +457,7 @@ class Engine:
         act.codec_s += t1 - t0
         chunk = AudioChunk(act.seq, pcm, self.sample_rate, int(codes.shape[0]), t1)
         if act.seq == 0:
-            act.stream.timing.ttfa_ms = (t1 - act.stream.t_submit) * 1000
+            act.stream.timing.ttfa_ms = (t1 - act.stream.started_at) * 1000
         act.seq += 1
         act.samples += len(pcm)
         act.emits.append(t1)
@@ -486,7 +486,7 @@ class Engine:
         t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
         t.code_predictor_ms = float(getattr(gen, "code_predictor_s", 0.0)) * 1000
         t.codec_ms = act.codec_s * 1000
-        t.total_ms = (time.perf_counter() - act.stream.t_submit) * 1000
+        t.total_ms = (time.perf_counter() - act.stream.started_at) * 1000
         t.frames = act.frames
         t.chunks = act.seq
         t.audio_s = act.samples / self.sample_rate

@@ -2,7 +2,9 @@
 
 Nothing runs until the first ``next()``: then the request is handed to the engine's scheduler
 thread, and chunks arrive through a queue as frames are decoded. ``timing`` is complete once the
-iterator is exhausted. ``cancel()`` may be called from any thread; the scheduler notices before its
+iterator is exhausted; its ``ttfa_ms`` and ``total_ms`` count from ``t_origin``: the first ``next()``
+unless the caller set an earlier moment (the service sets the time it received the request, so
+voice resolution is included). ``cancel()`` may be called from any thread; the scheduler notices before its
 next frame and the iterator ends (``timing.finish_reason == "cancelled"``).
 """
 
@@ -39,6 +41,10 @@ class SynthesisStream(Iterator[AudioChunk]):
         self.request = request
         self.voice = voice
         self.timing = Timing(request_id=request.request_id or "")
+        #: When the request began, for ``timing.ttfa_ms`` / ``total_ms`` (perf_counter seconds); a
+        #: caller may set it before iterating, otherwise the first ``next()`` does.
+        self.t_origin: float | None = None
+        #: When the request was handed to the scheduler (after a voice built from ``ref_audio``).
         self.t_submit = 0.0
         self._submit = submit
         self._alive = alive
@@ -76,13 +82,15 @@ class SynthesisStream(Iterator[AudioChunk]):
 
     def _start(self) -> None:
         self._started = True
-        self.t_submit = time.perf_counter()
+        if self.t_origin is None:
+            self.t_origin = time.perf_counter()
         if self._prepare is not None:
             try:
                 self._prepare(self)
             except BaseException:
                 self._finished = True
                 raise
+        self.t_submit = time.perf_counter()
         self._submit(self)
 
     def cancel(self) -> None:
@@ -94,6 +102,11 @@ class SynthesisStream(Iterator[AudioChunk]):
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    @property
+    def started_at(self) -> float:
+        """``t_origin`` once the stream has started (perf_counter seconds)."""
+        return self.t_origin if self.t_origin is not None else self.t_submit
 
     @property
     def finished(self) -> bool:
