@@ -5,8 +5,10 @@ Base checkpoint directory, ``--model``) with an
 ICL voice cloned from a synthetic reference, for each decode-thread setting (two engines sharing one
 loaded model; every measurement runs in both settings back to back, order alternating per rep) it
 measures:
-  TTFA of a new voice (uncached) and of its second request (cached: the engine's per-voice caches),
-  with each request's ``timing.extra``;
+  TTFA of a new reference (the request carries reference audio never seen before: the voice is built
+  inside the request), of a known voice's first request (voice prompt ready, prompt prefix and codec
+  priming not cached) and of a cached voice's next request (the engine's per-voice caches), with each
+  request's ``timing.extra``;
   for N in ``--streams`` concurrent streams started together: aggregate frames/s and audio seconds
   per wall second, per-stream time per frame (wall, and generation only), TTFA, playback stalls, RTF.
 Prints a table and the on/off ratios (medians of back-to-back pairs); writes bench-results/serving-<size>.json and .png.
@@ -23,6 +25,8 @@ batching) on the same weights, via bench_engine.run_official.
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import statistics
 import sys
@@ -31,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,9 +60,25 @@ def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
     return on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT)), ref
 
 
-def stream_record(engine: Engine, voice: Any, frames: int, seed: int) -> dict[str, Any]:
-    """Run one request to the end; its timing and chunk emit times (s since submit)."""
-    stream = engine.synthesize({"text": TEXT, "max_frames": frames, "seed": seed}, voice)
+def reference_wav(k: int) -> str:
+    """Reference ``k`` of :func:`fresh_voice` as a base64 WAV, the way a request carries it."""
+    buf = io.BytesIO()
+    sf.write(buf, _reference_audio(SR, seconds=3.0 + 0.01 * k), SR, format="WAV", subtype="PCM_16")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def stream_record(
+    engine: Engine, voice: Any, frames: int, seed: int, ref_audio: str | None = None
+) -> dict[str, Any]:
+    """Run one request to the end; its timing and chunk emit times (s since the request started).
+
+    With ``ref_audio`` (and ``voice`` None) the engine builds the voice inside the request, and the
+    built voice is returned under ``"voice"``.
+    """
+    req: dict[str, Any] = {"text": TEXT, "max_frames": frames, "seed": seed}
+    if ref_audio is not None:
+        req |= {"ref_audio": ref_audio, "ref_text": REF_TEXT}
+    stream = engine.synthesize(req, voice)
     emits = [c.t_emit - stream.started_at for c in stream]
     t = stream.timing
     extra = {k: v for k, v in t.extra.items() if k != "codes"}
@@ -76,14 +97,25 @@ def stream_record(engine: Engine, voice: Any, frames: int, seed: int) -> dict[st
         "emits_s": emits,
         "extra": extra,
         "timing": {k: v for k, v in t.to_dict().items() if k != "extra"},
+        "voice": stream.voice,
     }
 
 
-def ttfa_probe(engine: Engine, voice: Any, frames: int) -> dict[str, Any]:
-    """First request of a new voice (uncached), then a second one (cached)."""
+#: TTFA probes, in the order they run (see the module docstring).
+TTFA_KINDS = ("new_reference", "known_voice", "cached")
+
+
+def ttfa_probe(engine: Engine, k: int, frames: int) -> tuple[dict[str, Any], Any]:
+    """A new reference (voice built in the request), a known voice's first request, and its next one.
+
+    Returns:
+        the three records, and the known voice (reused for the concurrency levels).
+    """
+    new = stream_record(engine, None, frames, seed=0, ref_audio=reference_wav(k))
+    voice, _ = fresh_voice(engine, k + 1)
     first = stream_record(engine, voice, frames, seed=0)
     second = stream_record(engine, voice, frames, seed=1)
-    return {"uncached": first, "cached": second}
+    return {"new_reference": new, "known_voice": first, "cached": second}, voice
 
 
 def concurrent(engine: Engine, voice: Any, n: int, frames: int) -> dict[str, Any]:
@@ -94,6 +126,7 @@ def concurrent(engine: Engine, voice: Any, n: int, frames: int) -> dict[str, Any
     def one(i: int) -> None:
         start.wait()
         rows[i] = stream_record(engine, voice, frames, seed=100 + i)
+        del rows[i]["voice"]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
@@ -146,7 +179,7 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
                 "extra": r["ttfa"][-1][kind]["extra"],
                 "timing": r["ttfa"][-1][kind]["timing"],
             }
-            for kind in ("uncached", "cached")
+            for kind in TTFA_KINDS
         }
         keys = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame", "ttfa_ms")
         keys += ("stalls", "stall_ms_per_stream", "rtf")
@@ -188,12 +221,14 @@ def plot(summary: dict[str, Any], levels: list[int], official: dict[str, Any] | 
     axes[1].axhline(80, ls=":", c="red", label="real time (80 ms)")
     axes[0].set(xlabel="concurrent streams", ylabel="aggregate frames/s", title="throughput")
     axes[1].set(xlabel="concurrent streams", ylabel="ms per frame per stream (wall)", title="per stream")
-    kinds = ("uncached", "cached")
+    kinds = TTFA_KINDS
     width = 0.8 / len(modes)
     for i, mode in enumerate(modes):
         ttfa = [summary[mode]["ttfa"][k]["ttfa_ms"] for k in kinds]
-        axes[2].bar([x + i * width for x in range(2)], ttfa, width, label=f"decode thread {mode}")
-    axes[2].set_xticks([x + width * (len(modes) - 1) / 2 for x in range(2)], [f"{k} voice" for k in kinds])
+        axes[2].bar([x + i * width for x in range(len(kinds))], ttfa, width, label=f"decode thread {mode}")
+    axes[2].set_xticks(
+        [x + width * (len(modes) - 1) / 2 for x in range(len(kinds))], [k.replace("_", " ") for k in kinds]
+    )
     axes[2].set(ylabel="time to first audio (ms)", title="TTFA, one stream")
     for ax in axes[:2]:
         ax.set_xticks(levels)
@@ -222,11 +257,14 @@ def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, 
     for mode in (m for m in MODES if m in summary):
         s = summary[mode]
         t = s["ttfa"]
+        new, known, cached = (t[k] for k in TTFA_KINDS)
         print(
-            f"\ndecode thread {mode}: TTFA uncached {t['uncached']['ttfa_ms']:.0f} ms, "
-            f"cached {t['cached']['ttfa_ms']:.0f} ms; prefill {t['uncached']['prefill_ms']:.0f} / "
-            f"{t['cached']['prefill_ms']:.0f} ms; cached request: extra {t['cached']['extra']}, "
-            f"prefix_cache_hit {t['cached']['timing'].get('prefix_cache_hit', 'n/a')}"
+            f"\ndecode thread {mode}: TTFA new reference {new['ttfa_ms']:.0f} ms (voice built in "
+            f"{new['timing']['voice_ms']:.0f} ms), known voice {known['ttfa_ms']:.0f} ms, cached "
+            f"{cached['ttfa_ms']:.0f} ms ({cached['ttfa_ms'] / new['ttfa_ms']:.2f}x new reference, "
+            f"{cached['ttfa_ms'] / known['ttfa_ms']:.2f}x known voice); prefill "
+            f"{new['prefill_ms']:.0f} / {known['prefill_ms']:.0f} / {cached['prefill_ms']:.0f} ms; "
+            f"cached request: prefix_cache_hit {cached['timing'].get('prefix_cache_hit', 'n/a')}"
         )
         print("streams  frames/s  audio-s/s  ms/frame  gen ms/frame  TTFA ms  stalls  stall ms  RTF")
         for n in levels:
@@ -289,9 +327,12 @@ def main() -> int:
         order = modes if rep % 2 == 0 else modes[::-1]
         voices = {}
         for mode in order:
-            voices[mode], ref = fresh_voice(engines[mode], k)
-            k += 1
-            runs[mode]["ttfa"].append(ttfa_probe(engines[mode], voices[mode], args.frames))
+            probe, voices[mode] = ttfa_probe(engines[mode], k, args.frames)
+            ref = _reference_audio(SR, seconds=3.0 + 0.01 * (k + 1))
+            k += 2
+            for rec in probe.values():
+                del rec["voice"]
+            runs[mode]["ttfa"].append(probe)
         for n in levels:
             for mode in order:
                 level = concurrent(engines[mode], voices[mode], n, args.frames)
