@@ -29,6 +29,10 @@ __all__ = ["FrameGenerator", "step_many"]
 
 logger = logging.getLogger(__name__)
 
+#: Frames the talker's key/value cache has room for at first (10.24 s of audio); longer streams
+#: grow it by doubling (see talker.KVCache), so memory follows the frames generated, not the limit.
+KV_RESERVE_FRAMES = 128
+
 
 class FrameGenerator:
     """Generates the frames of one prompt. Call :meth:`prefill` once, then :meth:`step` until None.
@@ -65,7 +69,9 @@ class FrameGenerator:
         )
         self._code_pick = CodeSampler(settings, gen)
         self._eos = cfg.codec_eos_token_id
-        self._cache = talker.new_cache(prompt.length + max(max_frames, 1))
+        self._cache = talker.new_cache(
+            prompt.length + max(max_frames, 1), reserve=prompt.length + KV_RESERVE_FRAMES
+        )
         self._pos = 0
         self._hidden: Tensor | None = None  # [1, 1, H] last talker output
         self._code0: Tensor | None = None  # [1] next frame's code 0

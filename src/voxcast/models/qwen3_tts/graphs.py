@@ -186,7 +186,7 @@ class StaticDecode:
 
     def talker_step(self, embeds: Tensor, cache: list[KVCache], start: int) -> tuple[Tensor, Tensor]:
         """One decode position of one stream: ``(hidden [1, 1, H], logits [1, 1, vocab])``."""
-        size = cache[0].max_len
+        size = cache[0].capacity  # allocated whole (new_cache without reserve)
         if self._positions.shape[0] < size:
             self._positions = torch.arange(size, device=self.device)
         positions = self._positions[:size]
