@@ -131,7 +131,11 @@ def test_first_audio_counts_from_the_request_including_voice_building(
     t = np.arange(36000) / 24000  # a reference no other test registers
     buf = io.BytesIO()
     sf.write(buf, 0.3 * np.sin(2 * np.pi * 150 * t), 24000, format="WAV")
-    req = {"text": "Hello there.", "ref_audio": base64.b64encode(buf.getvalue()).decode(), "ref_text": "Mine."}
+    req = {
+        "text": "Hello there.",
+        "ref_audio": base64.b64encode(buf.getvalue()).decode(),
+        "ref_text": "Mine.",
+    }
     stream = service.synthesize({**req, "voice": None, "max_frames": 3, "cache": False})
     chunks = list(stream)
     timing = stream.result.timing
