@@ -3,7 +3,8 @@
 For each configuration (``--configs``: ``fp32`` = float32 weights and codec, ``int8`` = int8
 talker/code-predictor weights and a bfloat16 codec) a child process (so every figure starts from a
 clean process) loads the random full-size checkpoint (``--size``; see bench_engine.py), and records
-resident memory (RSS, from /proc) after importing torch, after loading, and after warm-up, plus the
+resident memory (RSS, from /proc) after importing torch, after loading, and after warm-up (the
+engine then returns freed heap memory to the OS: ``heap_trim`` has RSS before and after), plus the
 bytes of each component's weights. Then, for N in ``--streams``, it starts N concurrent streams of
 a long text (the frame limit derived from the text, as a request without ``max_frames`` gets), lets
 each produce ``--frames`` frames, samples RSS while they run, and cancels them: the peak minus the
@@ -188,6 +189,7 @@ def child(config: str, kv: str, size: str, levels: list[int], frames: int) -> di
         "threads": torch.get_num_threads(),
         "frame_limit": max_frames_for_text(LONG_TEXT),
         "rss_mb": rss,
+        "heap_trim": engine.heap_trim,
         "weights_mb": components(engine),
         "levels": [run_streams(engine, n, frames) for n in levels],
     }
@@ -257,6 +259,13 @@ def main() -> int:
                 + f" MB (total {sum(w.values()):.0f})",
                 flush=True,
             )
+            if r["heap_trim"]:
+                h = r["heap_trim"]
+                print(
+                    f"  engine returned free heap after warm-up: RSS {h['rss_before_mb']:.0f} -> "
+                    f"{h['rss_after_mb']:.0f} MB ({h['rss_after_mb'] / h['rss_before_mb']:.2f}x)",
+                    flush=True,
+                )
             for lv in r["levels"]:
                 print(
                     f"  {lv['streams']} stream(s), limit {r['frame_limit']} frames: peak {lv['peak_rss_mb']:.0f} MB, "

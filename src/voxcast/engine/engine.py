@@ -27,6 +27,7 @@ import torch
 from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
+from voxcast.engine.memory import trim_heap
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
@@ -94,6 +95,8 @@ class Engine:
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
+        #: RSS before/after returning free heap memory at the end of start-up (None: not done/possible).
+        self.heap_trim: dict[str, float] | None = None
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
         self._thread.start()
 
@@ -124,6 +127,8 @@ class Engine:
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
         if config.warmup:
             engine.warmup()
+        else:
+            engine.heap_trim = trim_heap()
         return engine
 
     @property
@@ -222,6 +227,7 @@ class Engine:
         self.warmup_ms = (time.perf_counter() - t0) * 1000
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
+        self.heap_trim = trim_heap()  # what loading and warm-up freed but the allocator kept
         return self.warmup_ms
 
     def calibrate_decode_thread(
