@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CheckpointFiles",
     "Qwen3TTSNet",
+    "WidenedEmbedding",
     "checkpoint_identity",
     "load_network",
     "locate_checkpoint",
@@ -165,17 +166,63 @@ class Qwen3TTSNet(nn.Module):
         cp._rope_tables.clear()
 
 
-def _read_tensors(files: tuple[Path, ...], device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+#: Stored dtypes whose values float32 holds exactly, so a table kept in them loses nothing.
+_EXACT_IN_FLOAT32 = (torch.bfloat16, torch.float16)
+
+
+class WidenedEmbedding(nn.Embedding):
+    """An embedding table kept in the narrower dtype it was stored in; looked-up rows are widened.
+
+    Widening bfloat16/float16 to float32 is exact, so every lookup equals that of an
+    :class:`~torch.nn.Embedding` holding the widened table, bit for bit, at half the memory. The
+    talker's text embedding alone is 151936 x 2048 (1.2 GB in float32) and is only ever indexed.
+    """
+
+    def __init__(self, weight: Tensor, dtype: torch.dtype) -> None:
+        super().__init__(weight.shape[0], weight.shape[1], _weight=weight, _freeze=True)
+        self.out_dtype = dtype
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return super().forward(ids).to(self.out_dtype)
+
+
+def _embedding_keys(net: nn.Module) -> set[str]:
+    return {f"{name}.weight" for name, m in net.named_modules() if isinstance(m, nn.Embedding)}
+
+
+def _read_tensors(
+    files: tuple[Path, ...],
+    device: torch.device,
+    dtype: torch.dtype,
+    keep_narrow: frozenset[str] = frozenset(),
+) -> dict[str, Tensor]:
+    """Every tensor of ``files`` on ``device``, floating ones in ``dtype``, except the ``keep_narrow``
+    keys stored in a dtype that float32 ``dtype`` holds exactly (see :class:`WidenedEmbedding`)."""
     out: dict[str, Tensor] = {}
     for path in files:
         try:
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
                     t = f.get_tensor(key)
-                    out[key] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+                    narrow = key in keep_narrow and dtype == torch.float32 and t.dtype in _EXACT_IN_FLOAT32
+                    to = t.dtype if narrow or not t.is_floating_point() else dtype
+                    out[key] = t.to(device=device, dtype=to)
         except (OSError, RuntimeError, ValueError, SafetensorError) as e:
             raise CheckpointError(f"{path}: cannot read weights: {e}") from e
     return out
+
+
+def _widen_on_lookup(net: nn.Module, dtype: torch.dtype) -> int:
+    """Swap each embedding whose table is narrower than ``dtype`` for a :class:`WidenedEmbedding`;
+    returns the bytes saved."""
+    saved = 0
+    for name, m in list(net.named_modules()):
+        if type(m) is nn.Embedding and m.weight.dtype != dtype:
+            parent_name, _, attr = name.rpartition(".")
+            parent = net.get_submodule(parent_name) if parent_name else net
+            setattr(parent, attr, WidenedEmbedding(m.weight.data, dtype))
+            saved += m.weight.numel() * (dtype.itemsize - m.weight.element_size())
+    return saved
 
 
 def load_network(
@@ -184,8 +231,13 @@ def load_network(
     *,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    narrow_embeddings: bool = True,
 ) -> Qwen3TTSNet:
     """Build :class:`Qwen3TTSNet` on the meta device and assign the checkpoint's tensors.
+
+    Args:
+        narrow_embeddings: keep embedding tables stored in bfloat16/float16 in that dtype when
+            ``dtype`` is float32 (:class:`WidenedEmbedding`: same lookups, half the memory).
 
     Raises:
         CheckpointError: unreadable weights, or keys/shapes that do not match the config.
@@ -193,7 +245,8 @@ def load_network(
     dev = torch.device(device)
     with torch.device("meta"):
         net = Qwen3TTSNet(config)
-    state = _read_tensors(files.weights, dev, dtype)
+    keep = frozenset(_embedding_keys(net)) if narrow_embeddings else frozenset()
+    state = _read_tensors(files.weights, dev, dtype, keep)
     expected = dict(net.state_dict())
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -206,6 +259,9 @@ def load_network(
             f"missing {_few(missing)}, unexpected {_few(unexpected)}, wrong shape {_few(bad_shape)}"
         )
     net.load_state_dict(state, strict=True, assign=True)
+    saved = _widen_on_lookup(net, dtype)
+    if saved:
+        logger.info("embedding tables kept in their stored dtype: %.0f MB saved", saved / 1e6)
     net.reset_rope(dev)
     net.eval().requires_grad_(False)
     logger.info("loaded %d tensors from %s (%s, %s)", len(state), files.root, dev, dtype)

@@ -5,8 +5,9 @@ bandwidth; int8 weights read a quarter of the bytes. On this CPU ``torch._weight
 several times slower than the float32 matrix-vector product, while PyTorch's dynamic quantization
 (per-output-channel int8 weights, activations quantized per call, fbgemm/x86 kernels) is 3-4x faster,
 so that is what is used. Not bit-exact: codes agree with float32 greedy codes only partly (measured by
-``scripts/bench_decode.py --quant int8``). Embeddings, norms and the talker's ``codec_head`` (read
-elsewhere for its device/dtype; one matrix per frame) stay in float32.
+``scripts/bench_decode.py --quant int8``). Norms and the talker's ``codec_head`` (read elsewhere for
+its device/dtype; one matrix per frame) stay in float32, embeddings as loaded (float32, or their
+stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
 """
 
 from __future__ import annotations
