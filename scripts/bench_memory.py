@@ -11,12 +11,14 @@ each produce ``--frames`` frames, samples RSS while they run, and cancels them: 
 idle RSS, divided by N, is the memory one stream adds.
 
 ``--kv whole`` repeats every configuration with the talker's key/value cache allocated for the
-whole frame limit up front (as before it grew on demand), so the JSON and plot show both.
+whole frame limit up front (as before it grew on demand), and ``--embeddings wide`` with the
+embedding tables widened to float32 at load (as before bfloat16-stored tables stayed narrow), so the
+JSON and plot show both sides of each change.
 
 Writes bench-results/memory-<size>.json and .png.
 
     python scripts/bench_memory.py [--size 0.6b] [--configs fp32,int8] [--streams 1,4,8] [--frames 24]
-        [--kv grow,whole]
+        [--kv grow,whole] [--embeddings narrow,wide]
 """
 
 from __future__ import annotations
@@ -161,7 +163,7 @@ def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
     }
 
 
-def child(config: str, kv: str, size: str, levels: list[int], frames: int) -> dict[str, Any]:
+def child(config: str, kv: str, emb: str, size: str, levels: list[int], frames: int) -> dict[str, Any]:
     """One configuration in this (fresh) process."""
     t0 = rss_mb()
     import torch
@@ -173,6 +175,13 @@ def child(config: str, kv: str, size: str, levels: list[int], frames: int) -> di
 
     if kv == "whole":
         generator.KV_RESERVE_FRAMES = 1 << 20  # room for the whole limit at once
+    if emb == "wide":  # embedding tables widened to float32 at load (as before they stayed narrow)
+        import functools
+
+        from voxcast.models.qwen3_tts import checkpoint as ckpt
+        from voxcast.models.qwen3_tts import model as model_module
+
+        model_module.load_network = functools.partial(ckpt.load_network, narrow_embeddings=False)
     path = checkpoint(size, "custom_voice")
     rss = {"start": t0, "torch imported": rss_mb()}
     cfg = CONFIGS[config]
@@ -185,6 +194,7 @@ def child(config: str, kv: str, size: str, levels: list[int], frames: int) -> di
     out = {
         "config": config,
         "kv": kv,
+        "embeddings": emb,
         "settings": cfg,
         "threads": torch.get_num_threads(),
         "frame_limit": max_frames_for_text(LONG_TEXT),
@@ -204,7 +214,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    labels = [f"{r['config']}\nKV {r['kv']}" for r in results]
+    labels = [f"{r['config']}\nKV {r['kv']}, emb {r['embeddings']}" for r in results]
     phases = list(results[0]["rss_mb"])
     for i, phase in enumerate(phases):
         axes[0].bar(
@@ -234,44 +244,50 @@ def main() -> int:
     ap.add_argument("--streams", default="1,4,8")
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--kv", default="grow,whole")
+    ap.add_argument("--embeddings", default="narrow", help="narrow, wide or both (narrow,wide)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
     if args.child:
-        config, kv = args.child.split(":")
-        print(json.dumps(child(config, kv, args.size, levels, args.frames)))
+        config, kv, emb = args.child.split(":")
+        print(json.dumps(child(config, kv, emb, args.size, levels, args.frames)))
         return 0
     results = []
-    for config in args.configs.split(","):
-        for kv in args.kv.split(","):
-            cmd = [sys.executable, __file__, "--child", f"{config}:{kv}", "--size", args.size]
-            cmd += ["--streams", args.streams, "--frames", str(args.frames)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            results.append(r)
-            rss = r["rss_mb"]
-            w = r["weights_mb"]
+    variants = [
+        (config, kv, emb)
+        for config in args.configs.split(",")
+        for kv in args.kv.split(",")
+        for emb in args.embeddings.split(",")
+    ]
+    for config, kv, emb in variants:
+        cmd = [sys.executable, __file__, "--child", f"{config}:{kv}:{emb}", "--size", args.size]
+        cmd += ["--streams", args.streams, "--frames", str(args.frames)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.append(r)
+        rss = r["rss_mb"]
+        w = r["weights_mb"]
+        print(
+            f"{config} (KV {kv}, embeddings {emb}): RSS torch {rss['torch imported']:.0f} MB, loaded {rss['loaded']:.0f}, "
+            f"warmed {rss['warmed up']:.0f}; weights "
+            + ", ".join(f"{k} {v:.0f}" for k, v in w.items())
+            + f" MB (total {sum(w.values()):.0f})",
+            flush=True,
+        )
+        if r["heap_trim"]:
+            h = r["heap_trim"]
             print(
-                f"{config} (KV {kv}): RSS torch {rss['torch imported']:.0f} MB, loaded {rss['loaded']:.0f}, "
-                f"warmed {rss['warmed up']:.0f}; weights "
-                + ", ".join(f"{k} {v:.0f}" for k, v in w.items())
-                + f" MB (total {sum(w.values()):.0f})",
+                f"  engine returned free heap after warm-up: RSS {h['rss_before_mb']:.0f} -> "
+                f"{h['rss_after_mb']:.0f} MB ({h['rss_after_mb'] / h['rss_before_mb']:.2f}x)",
                 flush=True,
             )
-            if r["heap_trim"]:
-                h = r["heap_trim"]
-                print(
-                    f"  engine returned free heap after warm-up: RSS {h['rss_before_mb']:.0f} -> "
-                    f"{h['rss_after_mb']:.0f} MB ({h['rss_after_mb'] / h['rss_before_mb']:.2f}x)",
-                    flush=True,
-                )
-            for lv in r["levels"]:
-                print(
-                    f"  {lv['streams']} stream(s), limit {r['frame_limit']} frames: peak {lv['peak_rss_mb']:.0f} MB, "
-                    f"{lv['per_stream_mb']:.1f} MB per stream above idle {lv['idle_rss_mb']:.0f} MB",
-                    flush=True,
-                )
+        for lv in r["levels"]:
+            print(
+                f"  {lv['streams']} stream(s), limit {r['frame_limit']} frames: peak {lv['peak_rss_mb']:.0f} MB, "
+                f"{lv['per_stream_mb']:.1f} MB per stream above idle {lv['idle_rss_mb']:.0f} MB",
+                flush=True,
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"memory-{args.size}.json"
     out.write_text(json.dumps({"text_chars": len(LONG_TEXT), "results": results}, indent=2))
