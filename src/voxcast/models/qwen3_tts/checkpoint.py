@@ -206,9 +206,11 @@ def _read_tensors(
                     t = f.get_tensor(key)
                     narrow = key in keep_narrow and dtype == torch.float32 and t.dtype in _EXACT_IN_FLOAT32
                     to = t.dtype if narrow or not t.is_floating_point() else dtype
-                    # copy=True: a tensor kept in its stored dtype would otherwise be a view of the
-                    # file's memory map, keeping the whole mapping (and every page read) resident
-                    out[key] = t.to(device=device, dtype=to, copy=True)
+                    # A kept-narrow table is copied: as a view of the file's memory map it would keep
+                    # the whole mapping (every page read while loading) resident. Other tensors are
+                    # left as they were (a same-dtype tensor stays a view): copying them moved matmul
+                    # operands and changed float32 prefill bits against the official implementation.
+                    out[key] = t.to(device=device, dtype=to, copy=narrow)
         except (OSError, RuntimeError, ValueError, SafetensorError) as e:
             raise CheckpointError(f"{path}: cannot read weights: {e}") from e
     return out
