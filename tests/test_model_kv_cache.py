@@ -10,8 +10,8 @@ import torch
 import voxcast.models.qwen3_tts.generator as generator
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.generator import step_many
+from voxcast.models.qwen3_tts.kv_cache import KVCache
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.talker import KVCache
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
-from voxcast.models.qwen3_tts.talker import KVCache, RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
+from voxcast.models.qwen3_tts.kv_cache import KVCache
+from voxcast.models.qwen3_tts.talker import RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.cp_trace import TracedSteps

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from voxcast.models.qwen3_tts.talker import KVCache
+from voxcast.models.qwen3_tts.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor

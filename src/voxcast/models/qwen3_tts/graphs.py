@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.talker import DecoderLayer, KVCache, Talker
+    from voxcast.models.qwen3_tts.kv_cache import KVCache
+    from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
 
 __all__ = ["StaticDecode", "bucket"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from voxcast.models.qwen3_tts.talker import KVCache
+from voxcast.models.qwen3_tts.kv_cache import KVCache
 from voxcast.voices.lru import ByteLRU
 
 __all__ = ["PREFIX_KV_BYTES", "PrefixKVCache"]
