@@ -16,11 +16,10 @@ Prints a table and the on/off ratios (medians of back-to-back pairs); writes ben
 batching) on the same weights, via bench_engine.run_official.
 
     python scripts/bench_serving.py [--size tiny | --model DIR] [--streams 1,2,4,8] [--frames 24] [--reps 2]
-        [--decode-thread both|on|off|auto|adaptive] [--official]
+        [--decode-thread both|on|off|auto] [--official]
 
 ``--decode-thread auto`` runs one engine that picks the mode at warm-up; the JSON records its timings
-(``decode_calibration``). ``--decode-thread adaptive`` runs one engine whose decode thread exists only
-while enough streams are active.
+(``decode_calibration``).
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from voxcast.engine.threads import on_fresh_thread  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
 
 SR = 24000
-MODES = {"on": "on", "off": "off", "auto": "auto", "adaptive": "adaptive"}
+MODES = {"on": "on", "off": "off", "auto": "auto"}
 
 
 def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
@@ -301,7 +300,7 @@ def main() -> int:
     ap.add_argument("--streams", default="1,2,4,8")
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off", "auto", "adaptive"])
+    ap.add_argument("--decode-thread", default="both", choices=["both", "on", "off", "auto"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
     ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])

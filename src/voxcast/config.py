@@ -44,16 +44,15 @@ def max_frames_for_text(text: str, cap: int = DEFAULT_MAX_FRAMES_CAP) -> int:
     return max(2, min(cap, MIN_FRAMES + math.ceil(FRAMES_PER_CHAR * n)))
 
 
-def _on_off_auto(env: Mapping[str, str], name: str, default: str, *extra: str) -> str:
-    """ "on", "off", "auto" or one of ``extra``; any boolean spelling env_bool accepts means on or off."""
+def _on_off_auto(env: Mapping[str, str], name: str, default: str) -> str:
+    """ "on", "off" or "auto"; any boolean spelling env_bool accepts means on or off."""
     raw = (env_str(env, name) or default).lower()
-    if raw == "auto" or raw in extra:
+    if raw == "auto":
         return raw
     try:
         return "on" if env_bool({name: raw}, name, False) else "off"
     except ValueError:
-        names = ", ".join(("on", "off", "auto", *extra))
-        raise ValueError(f"{name}={raw!r} must be one of {names} (or 1/0, true/false)") from None
+        raise ValueError(f"{name}={raw!r} must be on, off or auto (or 1/0, true/false)") from None
 
 
 @dataclass(frozen=True)
@@ -86,9 +85,6 @@ class EngineConfig:
             (Intel, AMX) and 1.22-1.37x on another (AMD Zen 4), see scripts/bench_serving.py. "auto"
             times a short concurrent workload both ways at warm-up and keeps the faster
             (:meth:`voxcast.engine.engine.Engine.calibrate_decode_thread`); without warm-up it is off.
-            "adaptive" runs the thread only while at least ``ADAPTIVE_DECODE_STREAMS`` (3) streams are
-            active and ends it once fewer are and its queue is empty (measured on 2 cores: the thread
-            paid 1.2-1.3x at 4 streams and cost 0.9x at 1).
         codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
             (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AMX, not bit-exact.
         trace_steps: on a CPU without ``compile``, replay the code predictor's 15 intra-frame forwards
@@ -133,10 +129,8 @@ class EngineConfig:
             raise ValueError("prefill_chunk must be >= 0")
         if isinstance(self.decode_thread, bool):  # EngineConfig(decode_thread=True) as before
             object.__setattr__(self, "decode_thread", "on" if self.decode_thread else "off")
-        if self.decode_thread not in {"off", "on", "auto", "adaptive"}:
-            raise ValueError(
-                f"VOXCAST_DECODE_THREAD must be on, off, auto or adaptive, not {self.decode_thread!r}"
-            )
+        if self.decode_thread not in {"off", "on", "auto"}:
+            raise ValueError(f"VOXCAST_DECODE_THREAD must be on, off or auto, not {self.decode_thread!r}")
         if self.compile not in {"off", "on", "auto"}:
             raise ValueError(f"VOXCAST_COMPILE must be off, on or auto, not {self.compile!r}")
         for name in ("first_chunk_frames", "chunk_frames", "max_frames_cap", "max_active"):
@@ -161,7 +155,7 @@ class EngineConfig:
             quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
-            decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread, "adaptive"),
+            decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),

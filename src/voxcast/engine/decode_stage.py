@@ -45,8 +45,6 @@ class DecodeStage:
     def __init__(self, threaded: bool, torch_threads: int = 0, name: str = "voxcast-decode") -> None:
         self.threaded = threaded
         self._jobs: queue.SimpleQueue[tuple[Job, OnError] | None] = queue.SimpleQueue()
-        self._unfinished = 0  # jobs submitted to the worker and not yet done
-        self._count_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if threaded:
             self._start(torch_threads, name)
@@ -63,11 +61,6 @@ class DecodeStage:
             torch.set_num_threads(default)  # the process-wide default again (see module docstring)
 
     @property
-    def idle(self) -> bool:
-        """True when every job submitted so far has finished (always, inline)."""
-        return self._unfinished == 0
-
-    @property
     def alive(self) -> bool:
         """False once a threaded stage's worker has ended."""
         return self._thread is None or self._thread.is_alive()
@@ -81,8 +74,6 @@ class DecodeStage:
         if self._thread is None:
             job()
         else:
-            with self._count_lock:
-                self._unfinished += 1
             self._jobs.put((job, on_error))
 
     def stop(self) -> None:
@@ -109,6 +100,3 @@ class DecodeStage:
                 except Exception as e:
                     log.exception("decode job failed")
                     on_error(e)
-                finally:
-                    with self._count_lock:
-                        self._unfinished -= 1

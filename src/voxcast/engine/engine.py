@@ -46,10 +46,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # the run 3.3-3.6x; with OMP_WAIT_POLICY=PASSIVE the gap vanished, i.e. the generating thread's
 # OpenMP team spin-waits for a core the single busy decode thread holds. Default (active) was fastest.
 _DECODE_TORCH_THREADS = 0
-#: ``decode_thread="adaptive"``: the decode thread runs while at least this many streams are active.
-#: Measured (scripts/bench_serving.py, 0.6B int8, 2 cores): with the thread 0.9x at 1 stream, the
-#: warm-up calibration chose no thread at 2, and 1.2-1.3x at 4.
-ADAPTIVE_DECODE_STREAMS = 3
 
 
 @dataclass
@@ -97,8 +93,6 @@ class Engine:
         self._prefilling: list[_Active] = []  # admitted, prefill interleaved with the active frames
         self._stopping = threading.Event()
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
-        #: Times the adaptive policy started or ended the decode thread.
-        self.decode_switches = 0
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
         #: RSS before/after returning free heap memory at the end of start-up (None: not done/possible).
@@ -278,21 +272,6 @@ class Engine:
         )
         return choice
 
-    def _adapt_decode_stage(self) -> None:
-        """``decode_thread="adaptive"``: start the decode thread under load, end it once idle.
-
-        Ended only when its queue is empty, so a stream's chunks never split between the thread and
-        inline decoding out of order; a lasting idle thread would keep its own OpenMP team, which
-        slows the scheduler's (see voxcast.engine.threads).
-        """
-        want = len(self._active) + len(self._prefilling) >= ADAPTIVE_DECODE_STREAMS
-        if want != self._decode.threaded and (want or self._decode.idle):
-            self._use_decode_thread(want)
-            self.decode_switches += 1
-            log.debug(
-                "decode thread %s (%d active streams)", "started" if want else "ended", len(self._active)
-            )
-
     def _use_decode_thread(self, threaded: bool) -> None:
         """Swap the decode stage (only while no stream is running: its jobs would be split)."""
         if threaded == self._decode.threaded:
@@ -307,8 +286,6 @@ class Engine:
             with torch.inference_mode():
                 while not self._stopping.is_set():
                     self._admit()
-                    if self.config.decode_thread == "adaptive":
-                        self._adapt_decode_stage()
                     self._prefill_part()
                     self._advance_all()
         except BaseException:  # the thread must not die silently
