@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -36,6 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+
+from voxcast.engine import memory as engine_memory  # noqa: E402  (no torch: "start" is measured before it)
 
 #: About 600 characters: the derived frame limit is ~1290 frames (103 s of audio).
 LONG_TEXT = " ".join(
@@ -55,13 +56,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "int8": {"dtype": "float32", "quant": "int8", "codec_dtype": "bfloat16"},
 }
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
 
 def rss_mb() -> float:
-    """This process's resident memory now (MB)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * _PAGE / 1e6
+    """This process's resident memory now (MB); the benchmark needs Linux's /proc."""
+    mb = engine_memory.rss_mb()
+    if mb is None:
+        raise SystemExit("bench_memory needs /proc/self/statm (Linux)")
+    return mb
 
 
 class Sampler:
@@ -85,18 +86,6 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, rss_mb())
-
-
-def release() -> None:
-    """Collect garbage and hand freed heap memory back to the OS (glibc ``malloc_trim``), so an idle
-    level is measured without what earlier streams freed but the allocator kept."""
-    import contextlib
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def weight_mb(module: Any) -> float:
@@ -129,7 +118,7 @@ def components(engine: Any) -> dict[str, float]:
 
 def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
     """N concurrent long streams until each has ``frames`` frames; RSS peak over the idle level."""
-    release()
+    engine_memory.trim_heap()  # idle level without what earlier streams freed but the allocator kept
     idle = rss_mb()
     streams = [engine.synthesize({"text": LONG_TEXT, "seed": i, "voice": "ryan"}) for i in range(n)]
     limits: list[int] = []  # frames each stream produced before it was cancelled
@@ -152,7 +141,7 @@ def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
             t.join()
     for s in streams:
         limits.append(int(s.timing.frames))
-    release()
+    engine_memory.trim_heap()
     return {
         "streams": n,
         "idle_rss_mb": idle,

@@ -53,9 +53,14 @@ SR = 24000
 MODES = {"on": "on", "off": "off", "auto": "auto"}
 
 
+def reference_audio(k: int) -> Any:
+    """Synthetic reference ``k``: ~3 s, a different length (so a different voice) for every ``k``."""
+    return _reference_audio(SR, seconds=3.0 + 0.01 * k)
+
+
 def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
     """An ICL voice no cache has seen (its reference audio differs for every ``k``)."""
-    ref = _reference_audio(SR, seconds=3.0 + 0.01 * k)
+    ref = reference_audio(k)
     # off this thread, as Engine.create_voice does (voxcast.engine.threads)
     return on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT)), ref
 
@@ -63,7 +68,7 @@ def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
 def reference_wav(k: int) -> str:
     """Reference ``k`` of :func:`fresh_voice` as a base64 WAV, the way a request carries it."""
     buf = io.BytesIO()
-    sf.write(buf, _reference_audio(SR, seconds=3.0 + 0.01 * k), SR, format="WAV", subtype="PCM_16")
+    sf.write(buf, reference_audio(k), SR, format="WAV", subtype="PCM_16")
     return base64.b64encode(buf.getvalue()).decode()
 
 
@@ -328,7 +333,7 @@ def main() -> int:
         voices = {}
         for mode in order:
             probe, voices[mode] = ttfa_probe(engines[mode], k, args.frames)
-            ref = _reference_audio(SR, seconds=3.0 + 0.01 * (k + 1))
+            ref = reference_audio(k + 1)  # the known voice's reference, for --official
             k += 2
             for rec in probe.values():
                 del rec["voice"]

@@ -30,7 +30,7 @@ __all__ = ["FrameGenerator", "step_many"]
 logger = logging.getLogger(__name__)
 
 #: Frames the talker's key/value cache has room for at first (10.24 s of audio); longer streams
-#: grow it by doubling (see talker.KVCache), so memory follows the frames generated, not the limit.
+#: grow it by doubling (see kv_cache.KVCache), so memory follows the frames generated, not the limit.
 KV_RESERVE_FRAMES = 128
 
 
