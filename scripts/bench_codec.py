@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from voxcast.engine.precision import native_bfloat16
 from voxcast.models.qwen3_tts.codec_decoder import SAMPLES_PER_FRAME, CodecDecoder, CodecDecoderConfig
 from voxcast.models.qwen3_tts.codec_encoder import speech_tokenizer_config
 
@@ -236,6 +237,7 @@ def main() -> None:
     ap.add_argument("--ref-frames", type=int, default=38, help="reference frames for priming (38 = 3 s)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["fp32"], help="e.g. fp32,bf16")
+    ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 even where it is emulated")
     ap.add_argument("--baseline", default=None, help="git revision to compare against (e.g. HEAD~1)")
     ap.add_argument("--reps", type=int, default=1, help="runs of every variant (medians reported)")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive re-decode")
@@ -247,6 +249,9 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    if "bf16" in args.dtypes and not native_bfloat16("cpu") and not args.emulated_bf16:
+        print("no native bfloat16 on this CPU (emulated: ~70x slower than fp32); skipping bf16")
+        args.dtypes = [d for d in args.dtypes if d != "bf16"] or ["fp32"]
     res = run(args)
     _print(res)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -319,6 +319,8 @@ def main() -> int:
     name = args.model.name if args.model else args.size
     engines = load_engines(path, modes, args.dtype, quant=args.quant, codec_dtype=args.codec_dtype)
     for mode, engine in engines.items():
+        if engine.precision is not None and engine.precision.fallbacks:
+            print(f"decode thread {mode}: no native bfloat16 here, running {engine.precision.as_dict()}")
         if engine.decode_calibration:
             cal = engine.decode_calibration
             print(
@@ -362,6 +364,7 @@ def main() -> int:
         "load_ms": engines[modes[0]].load_ms,
         "warmup_ms": {m: e.warmup_ms for m, e in engines.items()},
         "decode_calibration": {m: e.decode_calibration for m, e in engines.items()},
+        "precision": {m: e.precision and e.precision.as_dict() for m, e in engines.items()},
         "model": {"identity": model.identity, "prefix_cache": getattr(model, "prefix_cache_enabled", None)},
         "summary": summary,
         "official": official,

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from voxcast.config import EngineConfig
+from voxcast.engine import engine as engine_module
 from voxcast.engine.engine import Engine
 
 Factory = Callable[[str], Path]
@@ -22,7 +23,12 @@ def test_codec_dtype_option_parsing() -> None:
         EngineConfig.from_env({"VOXCAST_CODEC_DTYPE": "int8"})
 
 
-def test_bfloat16_codec_streams_float32_audio_close_to_float32(tiny_model_dir: Factory) -> None:
+def test_bfloat16_codec_streams_float32_audio_close_to_float32(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without native bfloat16 the engine would fall back to float32 (test_engine_precision.py); the
+    # tiny decoder is small enough to run emulated, so this runs the bfloat16 path on any CPU.
+    monkeypatch.setattr(engine_module, "native_bfloat16", lambda device: True)
     model = str(tiny_model_dir("custom_voice"))
     request = {"text": "The decoder may run in bfloat16.", "voice": "ryan", "greedy": True, "max_frames": 10}
     pcm = {}

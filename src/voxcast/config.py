@@ -86,7 +86,10 @@ class EngineConfig:
             times a short concurrent workload both ways at warm-up and keeps the faster
             (:meth:`voxcast.engine.engine.Engine.calibrate_decode_thread`); without warm-up it is off.
         codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
-            (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AMX, not bit-exact.
+            (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AVX-512 BF16 or AMX,
+            not bit-exact. Where the device has no native bfloat16 (e.g. AVX2-only CPUs), bfloat16
+            settings (this and ``dtype``) run in float32, with a warning: emulated it is ~70x slower
+            (:mod:`voxcast.engine.precision`).
         trace_steps: on a CPU without ``compile``, replay the code predictor's 15 intra-frame forwards
             from ``torch.jit.trace`` recordings (bitwise the same outputs; 1.1x fp32, 1.4x int8 on the
             code predictor; warm-up records batch sizes 1, 2, 4, ... up to ``max_active``)

@@ -28,6 +28,7 @@ from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.memory import trim_heap
+from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
@@ -95,6 +96,8 @@ class Engine:
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
+        #: The dtypes in use (bfloat16 settings fall back to float32 where it is not native).
+        self.precision: Precision | None = None
         #: RSS before/after returning free heap memory at the end of start-up (None: not done/possible).
         self.heap_trim: dict[str, float] | None = None
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
@@ -109,21 +112,24 @@ class Engine:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
-        dtype = _DTYPES[config.resolved_dtype()]
+        device = config.resolved_device()
+        precision = resolve_precision(config.resolved_dtype(), config.codec_dtype, native_bfloat16(device))
+        log_fallbacks(precision, device)
         model = on_fresh_thread(  # see voxcast.engine.threads: no lasting OpenMP team on this thread
             lambda: Qwen3TTS.from_pretrained(
                 config.model,
-                device=config.resolved_device(),
-                dtype=dtype,
+                device=device,
+                dtype=_DTYPES[precision.model],
                 quant=config.quant,
                 prefix_cache=config.prefix_cache,
                 compile=config.resolved_compile(),
-                codec_dtype=_DTYPES.get(config.codec_dtype),
-                trace_steps=config.trace_steps and config.resolved_device() == "cpu",
+                codec_dtype=_DTYPES[precision.codec],
+                trace_steps=config.trace_steps and device == "cpu",
             )
         )
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)
+        engine.precision = precision
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
         if config.warmup:
             engine.warmup()

@@ -1,0 +1,63 @@
+"""bfloat16 only where the device computes it natively; elsewhere float32, with a warning."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from voxcast.config import EngineConfig
+from voxcast.engine import engine as engine_module
+from voxcast.engine.engine import Engine
+from voxcast.engine.precision import Precision, native_bfloat16, resolve_precision
+
+Factory = Callable[[str], Path]
+
+
+@pytest.mark.parametrize(
+    ("model", "codec", "native", "expected"),
+    [
+        ("float32", "auto", False, Precision("float32", "float32")),
+        ("float32", "bfloat16", True, Precision("float32", "bfloat16")),
+        ("float32", "bfloat16", False, Precision("float32", "float32", ("VOXCAST_CODEC_DTYPE",))),
+        ("bfloat16", "auto", True, Precision("bfloat16", "bfloat16")),
+        ("bfloat16", "auto", False, Precision("float32", "float32", ("VOXCAST_DTYPE",))),
+        ("bfloat16", "float32", False, Precision("float32", "float32", ("VOXCAST_DTYPE",))),
+        (
+            "bfloat16",
+            "bfloat16",
+            False,
+            Precision("float32", "float32", ("VOXCAST_DTYPE", "VOXCAST_CODEC_DTYPE")),
+        ),
+    ],
+)
+def test_resolve_precision(model: str, codec: str, native: bool, expected: Precision) -> None:
+    assert resolve_precision(model, codec, native) == expected
+
+
+def test_native_bfloat16_probe_answers_for_this_machine() -> None:
+    assert native_bfloat16("cpu") in (True, False)
+    if not torch.cuda.is_available():
+        assert native_bfloat16("cuda") is False
+
+
+def test_engine_falls_back_to_float32_codec_without_native_bfloat16(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(engine_module, "native_bfloat16", lambda device: False)
+    config = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, codec_dtype="bfloat16"
+    )
+    with caplog.at_level(logging.WARNING, logger="voxcast.engine.precision"):
+        engine = Engine.load(config)
+    try:
+        assert engine.precision == Precision("float32", "float32", ("VOXCAST_CODEC_DTYPE",))
+        assert next(engine.model.codec_decoder.parameters()).dtype == torch.float32
+        assert any("VOXCAST_CODEC_DTYPE" in r.getMessage() for r in caplog.records)
+        chunks = list(engine.synthesize({"text": "Still speaks.", "voice": "ryan", "max_frames": 4}))
+        assert sum(len(c.pcm) for c in chunks) > 0
+    finally:
+        engine.close()
