@@ -150,8 +150,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     if args.quant != "none":
         kw["quant"] = args.quant
+    if args.rows_kernel != "auto":
+        kw["onednn_rows"] = args.rows_kernel == "onednn"
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
+    out["onednn_rows"] = getattr(model, "onednn_rows", None)
+    out["rows_kernel"] = getattr(model, "rows_kernel", None)
     prompt = _prompt(model)
     if args.trace:
         t0 = time.perf_counter()
@@ -265,6 +269,7 @@ def _run(
     ref_codes: Path | None = None,
     compile: bool = False,
     trace: bool = False,
+    rows_kernel: str = "auto",
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -276,6 +281,8 @@ def _run(
         cmd.append("--compile")
     if trace:
         cmd.append("--trace")
+    if rows_kernel != "auto":
+        cmd += ["--rows-kernel", rows_kernel]
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -283,6 +290,43 @@ def _run(
     if res.returncode != 0:
         raise RuntimeError(f"worker failed:\n{res.stderr[-3000:]}")
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict[str, Any]]:
+    """Batched runs at each ``--streams`` level; ``--rows-kernel both`` alternates aten and oneDNN."""
+    kernels = ["aten", "onednn"] if args.rows_kernel == "both" else [args.rows_kernel]
+    rows: list[dict[str, Any]] = []
+    base: dict[str, float] = {}
+    for s in (int(x) for x in args.streams.split(",")):
+        runs: dict[str, list[dict]] = {k: [] for k in kernels}
+        for rep in range(args.reps):
+            for k in kernels if rep % 2 == 0 else kernels[::-1]:
+                r = _run(cur, model, args, s, args.batch_quant, True, trace=args.trace, rows_kernel=k)
+                runs[k].append(r)
+        for k, rs in runs.items():
+            fps = _median(rs, "frames_per_s")
+            base.setdefault(k, fps)
+            per = _median(rs, "per_stream_frame_ms")
+            on = rs[0].get("onednn_rows")
+            rows.append(
+                {
+                    "streams": s,
+                    "rows_kernel": k,
+                    "onednn_rows": on,
+                    "frames_per_s": fps,
+                    "per_stream_frame_ms": per,
+                }
+            )
+            print(
+                f"{s} streams ({k}, oneDNN rows {on}): {fps:.2f} frames/s aggregate "
+                f"({fps / base[k]:.2f}x), {per:.1f} ms/frame/stream",
+                flush=True,
+            )
+        if len(kernels) == 2:
+            ratio = _median(runs["onednn"], "frames_per_s") / _median(runs["aten"], "frames_per_s")
+            rows[-1]["onednn_vs_aten"] = ratio
+            print(f"{s} streams: oneDNN rows / PyTorch's rows = {ratio:.2f}x frames/s", flush=True)
+    return rows
 
 
 def _median(rows: list[dict], key: str) -> float:
@@ -305,6 +349,12 @@ def main() -> None:
     )
     p.add_argument(
         "--compile", action="store_true", help="also time compiled static-shape steps (VOXCAST_COMPILE)"
+    )
+    p.add_argument(
+        "--rows-kernel",
+        default="auto",
+        choices=["auto", "aten", "onednn", "both"],
+        help="float32 batched rows: measured at load (auto), PyTorch's BLAS, oneDNN, or both alternated",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
@@ -411,21 +461,7 @@ def main() -> None:
             f"compiled static steps: {ratio:.2f}x per frame, compile {comp['compile_s']:.1f} s; agreement {tf}"
         )
     if args.streams:
-        result["batched"] = []
-        result["batched_quant"] = args.batch_quant
-        base_fps = None
-        for s in (int(x) for x in args.streams.split(",")):
-            rs = [
-                _run(cur, model, args, streams=s, batched=True, quant=args.batch_quant, trace=args.trace)
-                for _ in range(args.reps)
-            ]
-            fps = _median(rs, "frames_per_s")
-            base_fps = base_fps or fps
-            per = _median(rs, "per_stream_frame_ms")
-            result["batched"].append({"streams": s, "frames_per_s": fps, "per_stream_frame_ms": per})
-            print(
-                f"{s} streams: {fps:.2f} frames/s aggregate ({fps / base_fps:.2f}x), {per:.1f} ms/frame/stream"
-            )
+        result["batched"] = _batched_runs(args, cur, model)
     out = ROOT / "bench-results" / f"decode-{args.size}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

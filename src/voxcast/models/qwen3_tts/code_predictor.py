@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
+from voxcast.models.qwen3_tts.rows_linear import Linear
 from voxcast.models.qwen3_tts.talker import RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 if TYPE_CHECKING:
@@ -53,10 +54,10 @@ class CodePredictor(nn.Module):
         self.cfg = cfg
         self.model = CodePredictorBackbone(cfg, talker_hidden)
         self.lm_head = nn.ModuleList(
-            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1)
+            Linear(cfg.hidden_size, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1)
         )
         self.small_to_mtp_projection: nn.Module = (
-            nn.Linear(talker_hidden, cfg.hidden_size, bias=True)
+            Linear(talker_hidden, cfg.hidden_size, bias=True)
             if talker_hidden != cfg.hidden_size
             else nn.Identity()
         )

@@ -39,6 +39,7 @@ from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
+from voxcast.models.qwen3_tts.rows_linear import onednn_available, onednn_rows_faster, use_onednn_rows
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
@@ -89,6 +90,7 @@ class Qwen3TTS:
         prefix_cache: bool = False,
         compile: bool = False,
         trace_steps: bool = False,
+        onednn_rows: bool | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -104,6 +106,9 @@ class Qwen3TTS:
             self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
         else:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
+        #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
+        self.rows_kernel: dict[str, object] | None = None
+        self.onednn_rows = self._choose_rows_kernel(onednn_rows, device, dtype, quant, compile)
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         elif trace_steps:
@@ -123,6 +128,22 @@ class Qwen3TTS:
         self.prefix_kv = PrefixKVCache()
         self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
 
+    def _choose_rows_kernel(
+        self, onednn_rows: bool | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
+    ) -> bool:
+        """Whether batched float32 CPU rows run on oneDNN (:mod:`.rows_linear`); None = measure it."""
+        if device.type != "cpu" or dtype != torch.float32 or quant != "none" or compile:
+            return False
+        if not onednn_available():
+            return False
+        if onednn_rows is None:
+            mlp = self.talker.model.layers[0].mlp
+            weight = mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+            self.rows_kernel = onednn_rows_faster(weight)
+            onednn_rows = bool(self.rows_kernel["onednn"])
+        use_onednn_rows(self.talker, onednn_rows)
+        return onednn_rows
+
     @classmethod
     def from_pretrained(
         cls,
@@ -136,6 +157,7 @@ class Qwen3TTS:
         compile: bool = False,
         codec_dtype: torch.dtype | None = None,
         trace_steps: bool = False,
+        onednn_rows: bool | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -152,6 +174,9 @@ class Qwen3TTS:
                 faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
             trace_steps: replay the code predictor's intra-frame forwards from recordings
                 (:mod:`.cp_trace`; bitwise the same outputs, less Python per step).
+            onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
+                PyTorch's BLAS (False), or whichever measures faster at load (None;
+                :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -183,6 +208,7 @@ class Qwen3TTS:
             prefix_cache=prefix_cache,
             compile=compile,
             trace_steps=trace_steps,
+            onednn_rows=onednn_rows,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
+from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
@@ -102,13 +103,15 @@ def _rotate_half(x: Tensor) -> Tensor:
 class Attention(nn.Module):
     """Grouped-query attention with per-head q/k RMSNorm (Qwen3)."""
 
+    onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
+
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
+        self.q_proj = Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.o_proj = Linear(heads * head_dim, hidden, bias=bias)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
         self._qkv: tuple[Tensor, Tensor | None] | None = None
@@ -129,7 +132,7 @@ class Attention(nn.Module):
         elif self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         else:
-            qkv = F.linear(x, *self._qkv)
+            qkv = rows_linear(x, *self._qkv, self.onednn_rows)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
@@ -209,11 +212,13 @@ def _fuse_linears(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
 class MLP(nn.Module):
     """SwiGLU feed-forward."""
 
+    onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
+
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_proj = Linear(hidden, intermediate, bias=False)
+        self.up_proj = Linear(hidden, intermediate, bias=False)
+        self.down_proj = Linear(intermediate, hidden, bias=False)
         self._gate_up: tuple[Tensor, Tensor | None] | None = None
         self.gate_up_int8: nn.Module | None = None  # set by quant.quantize_int8
 
@@ -227,7 +232,7 @@ class MLP(nn.Module):
         elif self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         else:
-            gate, up = F.linear(x, *self._gate_up).chunk(2, dim=-1)
+            gate, up = rows_linear(x, *self._gate_up, self.onednn_rows).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -316,7 +321,7 @@ class Talker(nn.Module):
         self.cfg = cfg
         self.model = TalkerBackbone(cfg)
         self.text_projection = ResizeMLP(cfg.text_hidden_size, cfg.text_hidden_size, cfg.hidden_size)
-        self.codec_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.codec_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         # Given by the caller (code_predictor.py builds on this module's blocks).
         self.code_predictor = code_predictor
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)

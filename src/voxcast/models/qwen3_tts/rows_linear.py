@@ -1,0 +1,91 @@
+"""Linears whose batched-decode calls (several streams' rows) may run on oneDNN instead of BLAS.
+
+A float32 Linear on the CPU goes to the BLAS PyTorch was built with (MKL). For one row it streams
+the weight at memory bandwidth; for the 2-8 rows of a batched decode step MKL's small-M path can be
+far slower. Measured on an AMD Zen 3 (AVX2, 2 cores; ``scripts/bench_decode.py --streams``, and the
+profile of one 4-row step of the 0.6B talker + code predictor): ``[4, 1024] x [1024, 6144]`` took
+5.3 ms in MKL against 2.1 ms in oneDNN, and a 4-row step cost 2.6x a 1-row one, so batching four
+streams gave 1.4x one stream's frames/s. oneDNN's matmul keeps the weight streaming for small M.
+
+Only rows of a batch (``x.shape[0] > 1``, which in this model only a batched decode step produces)
+are rerouted: a single stream and every prefill keep PyTorch's own kernel and so stay bitwise equal
+to the official implementation; a batched step equals the single-row one to float rounding, as a
+multi-row BLAS call already does. Whether oneDNN is faster depends on the CPU and the BLAS, so the
+model measures both on its own weight at load (:func:`onednn_rows_faster`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["Linear", "onednn_available", "onednn_rows_faster", "rows_linear", "use_onednn_rows"]
+
+logger = logging.getLogger(__name__)
+
+
+def onednn_available() -> bool:
+    """Whether this PyTorch has the oneDNN linear kernel."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool) -> Tensor:
+    """``F.linear(x, weight, bias)``; with ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN."""
+    if onednn and x.shape[0] > 1:
+        # The "+ zeros" form: its signature records under torch.jit.trace (the plain one's empty
+        # scalar list does not), and adding zeros changes no value.
+        zeros = x.new_zeros(x.shape[:-1] + (weight.shape[0],))
+        return torch.ops.mkldnn._linear_pointwise.binary(x, zeros, weight, bias, "add")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters and state-dict keys) that honours :func:`use_onednn_rows`."""
+
+    onednn_rows = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rows_linear(x, self.weight, self.bias, self.onednn_rows)
+
+
+def use_onednn_rows(module: nn.Module, on: bool) -> int:
+    """Set ``onednn_rows`` on every submodule that has it (Linears, fused projections); returns how many."""
+    n = 0
+    for m in module.modules():
+        if hasattr(m, "onednn_rows"):
+            m.onednn_rows = on
+            n += 1
+    return n
+
+
+def onednn_rows_faster(
+    weight: Tensor, rows: int = 4, reps: int = 8, margin: float = 0.9
+) -> dict[str, object]:
+    """Time ``rows`` rows through ``weight`` [N, K] with PyTorch's kernel and with oneDNN, alternated.
+
+    Returns ``{"aten_ms", "onednn_ms", "onednn"}`` (medians); ``onednn`` is True when oneDNN took at
+    most ``margin`` of the time. The weight should be one a decode step really reads (larger than
+    the caches), so that the figures are the streaming ones. Costs ``2 * (reps + 1)`` matmuls.
+    """
+    x = torch.randn(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    with torch.inference_mode():
+        for i in range(2 * (reps + 1)):
+            on = i % 4 in (1, 2)  # off, on, on, off, ...: drift cancels
+            t0 = time.perf_counter()
+            rows_linear(x, weight, None, on)
+            if i >= 2:  # the first of each is a warm-up
+                times[on].append(time.perf_counter() - t0)
+    aten, onednn = (sorted(times[k])[len(times[k]) // 2] * 1000 for k in (False, True))
+    choice = onednn <= margin * aten
+    logger.info(
+        "batched rows: %.2f ms in PyTorch's kernel, %.2f ms in oneDNN: using %s",
+        aten,
+        onednn,
+        "oneDNN" if choice else "PyTorch's",
+    )
+    return {"aten_ms": aten, "onednn_ms": onednn, "onednn": choice}

@@ -1,0 +1,81 @@
+"""Batched decode rows on oneDNN (:mod:`voxcast.models.qwen3_tts.rows_linear`).
+
+One row and every prefill keep PyTorch's kernel (bitwise the official model); rows of a batch may
+run on oneDNN, equal to the single-row values up to float rounding. On the tiny checkpoint greedy
+codes stay identical to sequential decoding, with the recorded code-predictor steps too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.test_model_batching import SPEAKERS, TEXTS, _batched, _sequential
+from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.model import Qwen3TTS
+from voxcast.models.qwen3_tts.rows_linear import (
+    Linear,
+    onednn_available,
+    onednn_rows_faster,
+    rows_linear,
+    use_onednn_rows,
+)
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+
+
+def test_one_row_is_bitwise_pytorch_many_rows_close() -> None:
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(96, 64, generator=g), torch.randn(96, generator=g)
+    one, rows = torch.randn(1, 2, 64, generator=g), torch.randn(4, 1, 64, generator=g)
+    assert torch.equal(rows_linear(one, w, b, onednn=True), F.linear(one, w, b))
+    torch.testing.assert_close(rows_linear(rows, w, b, onednn=True), F.linear(rows, w, b))
+    assert torch.equal(rows_linear(rows, w, None, onednn=False), F.linear(rows, w))
+
+
+def test_linear_is_an_nn_linear_with_the_same_state() -> None:
+    lin = Linear(8, 4)
+    assert isinstance(lin, nn.Linear) and set(lin.state_dict()) == {"weight", "bias"}
+    holder = nn.Sequential(lin, nn.ReLU(), Linear(4, 2))
+    assert use_onednn_rows(holder, True) == 2 and lin.onednn_rows
+    x = torch.randn(3, 1, 8)
+    torch.testing.assert_close(
+        holder(x), F.linear(F.linear(x, lin.weight, lin.bias).relu(), *holder[2].parameters())
+    )
+
+
+def test_calibration_reports_both_timings() -> None:
+    out = onednn_rows_faster(torch.randn(256, 128), reps=2)
+    assert out["aten_ms"] > 0 and out["onednn_ms"] > 0 and isinstance(out["onednn"], bool)
+
+
+def _gens(model: Qwen3TTS, limits: list[int]) -> list[Any]:
+    return [
+        model.new_generator(
+            model.build_prompt(t, speaker=s), SamplingParams(seed=30 + i, greedy=True), limits[i]
+        )
+        for i, (t, s) in enumerate(zip(TEXTS, SPEAKERS, strict=True))
+    ]
+
+
+@pytest.mark.parametrize("trace_steps", [False, True])
+def test_batched_greedy_on_onednn_equals_sequential(tiny_model_dir: Any, trace_steps: bool) -> None:
+    path = str(tiny_model_dir("custom_voice"))
+    fast = Qwen3TTS.from_pretrained(path, onednn_rows=True, trace_steps=trace_steps)
+    plain = Qwen3TTS.from_pretrained(path, onednn_rows=False)
+    assert fast.onednn_rows and not plain.onednn_rows and fast.rows_kernel is None
+    limits = [9, 5, 7]
+    with torch.inference_mode():
+        assert _batched(_gens(fast, limits)) == _sequential(_gens(plain, limits))
+
+
+def test_measured_at_load_only_where_it_applies(tiny_model_dir: Any) -> None:
+    path = str(tiny_model_dir("custom_voice"))
+    auto = Qwen3TTS.from_pretrained(path)
+    assert auto.rows_kernel is not None and auto.onednn_rows == auto.rows_kernel["onednn"]
+    int8 = Qwen3TTS.from_pretrained(path, quant="int8")
+    assert int8.rows_kernel is None and not int8.onednn_rows
