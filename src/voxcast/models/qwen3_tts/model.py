@@ -41,6 +41,7 @@ from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
 from voxcast.models.qwen3_tts.rows_linear import onednn_available, onednn_rows_faster, use_onednn_rows
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
+from voxcast.models.qwen3_tts.talker import MLP
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Qwen3TTS:
             return False
         if onednn_rows is None:
             mlp = self.talker.model.layers[0].mlp
+            assert isinstance(mlp, MLP)
             weight = mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
             self.rows_kernel = onednn_rows_faster(weight)
             onednn_rows = bool(self.rows_kernel["onednn"])

@@ -38,7 +38,7 @@ def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool) ->
     if onednn and x.shape[0] > 1:
         # The "+ zeros" form: its signature records under torch.jit.trace (the plain one's empty
         # scalar list does not), and adding zeros changes no value.
-        zeros = x.new_zeros(x.shape[:-1] + (weight.shape[0],))
+        zeros = x.new_zeros((*x.shape[:-1], weight.shape[0]))
         return torch.ops.mkldnn._linear_pointwise.binary(x, zeros, weight, bias, "add")
     return F.linear(x, weight, bias)
 
@@ -57,7 +57,7 @@ def use_onednn_rows(module: nn.Module, on: bool) -> int:
     n = 0
     for m in module.modules():
         if hasattr(m, "onednn_rows"):
-            m.onednn_rows = on
+            setattr(m, "onednn_rows", on)  # noqa: B010 (a class attribute nn.Module's typing hides)
             n += 1
     return n
 
