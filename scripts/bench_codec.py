@@ -62,7 +62,7 @@ def _decoder(full: bool, config: Path, seed: int, dtype: torch.dtype) -> CodecDe
         for name, p in dec.named_parameters():
             if name.endswith("embedding_sum"):
                 p.normal_()
-    return dec.to(dtype).eval()
+    return dec.to(dtype).eval().prepare()
 
 
 def _stateful(dec: CodecDecoder, codes: torch.Tensor, chunk: int) -> tuple[float, float, np.ndarray]:

@@ -17,6 +17,7 @@ from voxcast.models.qwen3_tts.codec_decoder import (
     write_random_speech_tokenizer,
 )
 from voxcast.models.qwen3_tts.codec_layers import CausalConv
+from voxcast.models.qwen3_tts.rows_linear import onednn_available
 
 TOL = 1e-5
 
@@ -208,6 +209,25 @@ def test_gemm_and_direct_conv_paths_agree(
         outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 4])))
     assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
     assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+def test_short_gemms_on_onednn_give_the_same_audio(
+    decoder: CodecDecoder, long_case: tuple[torch.Tensor, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``onednn_small`` (chosen by ``prepare`` where faster) moves short GEMMs to oneDNN: same audio."""
+    codes, _ = long_case
+    codes = codes[:30]
+    outs = []
+    for on in (False, True):
+        for m in decoder.modules():
+            if hasattr(m, "onednn_small"):
+                monkeypatch.setattr(m, "onednn_small", on)
+        outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 2, 1, 4])))
+    assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
+    assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
+    assert np.abs(outs[1][1] - outs[1][0]).max() <= TOL
+    assert decoder.small_gemm is None or isinstance(decoder.small_gemm["onednn"], bool)
 
 
 def test_bfloat16_streams_exactly_and_stays_close(tokenizer_dir: Path) -> None:

@@ -41,6 +41,7 @@ from .codec_layers import (
     Transformer,
     _State,
 )
+from .rows_linear import onednn_available, onednn_gemm, time_both
 
 __all__ = [
     "SAMPLES_PER_FRAME",
@@ -80,6 +81,8 @@ class CodecDecoder(nn.Module):
         blocks += [DecoderBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)]
         blocks += [SnakeBeta(dims[-1]), CausalConv(dims[-1], 1, 7)]
         self.decoder = nn.ModuleList(blocks)
+        #: The short-GEMM kernel measurement of :meth:`prepare` (None: not measured or not float32 CPU).
+        self.small_gemm: dict[str, object] | None = None
         self._n_conv = self._n_attn = 0
         for m in self.modules():
             if isinstance(m, (CausalConv, CausalTransConv)):
@@ -93,7 +96,29 @@ class CodecDecoder(nn.Module):
         Folded tensors (:func:`~.codec_layers._fold`) follow later weight changes by themselves.
         """
         self.decode_offline(torch.zeros(1, self.config.num_quantizers, dtype=torch.long))
+        self.small_gemm = self._choose_small_gemm()
         return self
+
+    def _choose_small_gemm(self) -> dict[str, object] | None:
+        """Measure the first upsampling layer's GEMM for a one-frame chunk in PyTorch's BLAS and in
+        oneDNN; where oneDNN takes at most 0.9x, short GEMMs run there (``onednn_small``).
+
+        Float32 on the CPU only (elsewhere None). The layer, ``[Cout * kernel, Cin] x [Cin, 5]``, is
+        the costliest short GEMM of a one-frame chunk: on an AMD Zen 3 MKL took 22.9 ms for it and
+        oneDNN 6.4, of a 114 ms frame.
+        """
+        trans = next(m for m in self.decoder.modules() if isinstance(m, CausalTransConv))
+        w = trans.gemm_weight()
+        if w.device.type != "cpu" or w.dtype != torch.float32 or not onednn_available():
+            return None
+        x = torch.randn(w.shape[1], 5)
+        aten, onednn = time_both(lambda: torch.mm(w, x), lambda: onednn_gemm(w, None, x), reps=4)
+        choice = onednn <= 0.9 * aten
+        for m in self.modules():
+            if hasattr(m, "onednn_small"):
+                setattr(m, "onednn_small", choice)  # noqa: B010 (class attribute, hidden from mypy)
+        logger.info("codec short GEMMs: %.2f ms PyTorch's BLAS, %.2f ms oneDNN", aten, onednn)
+        return {"aten_ms": aten, "onednn_ms": onednn, "onednn": choice}
 
     def _fresh_state(self) -> _State:
         return _State([None] * self._n_conv, [None] * self._n_attn)

@@ -18,12 +18,22 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["Linear", "onednn_available", "onednn_rows_faster", "rows_linear", "use_onednn_rows"]
+__all__ = [
+    "Linear",
+    "onednn_available",
+    "onednn_gemm",
+    "onednn_linear",
+    "onednn_rows_faster",
+    "rows_linear",
+    "time_both",
+    "use_onednn_rows",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +46,16 @@ def onednn_available() -> bool:
 def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool) -> Tensor:
     """``F.linear(x, weight, bias)``; with ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN."""
     if onednn and x.shape[0] > 1:
-        # The "+ zeros" form: its signature records under torch.jit.trace (the plain one's empty
-        # scalar list does not), and adding zeros changes no value.
-        zeros = x.new_zeros((*x.shape[:-1], weight.shape[0]))
-        return torch.ops.mkldnn._linear_pointwise.binary(x, zeros, weight, bias, "add")
+        return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear`` on oneDNN, for x [..., K] with at least 2 dimensions."""
+    # The "+ zeros" form: its signature records under torch.jit.trace (the plain one's empty scalar
+    # list does not), and adding zeros changes no value.
+    zeros = x.new_zeros((*x.shape[:-1], weight.shape[0]))
+    return torch.ops.mkldnn._linear_pointwise.binary(x, zeros, weight, bias, "add")
 
 
 class Linear(nn.Linear):
@@ -62,6 +77,25 @@ def use_onednn_rows(module: nn.Module, on: bool) -> int:
     return n
 
 
+def onednn_gemm(w: Tensor, b: Tensor | None, x: Tensor) -> Tensor:
+    """``w @ x + b[:, None]`` on oneDNN for w [M, K], x [K, N] -> [M, N] (contiguous)."""
+    return onednn_linear(x.t()[None], w, b)[0].t().contiguous()
+
+
+def time_both(aten: Callable[[], object], onednn: Callable[[], object], reps: int = 8) -> tuple[float, float]:
+    """Median ms of ``aten()`` and ``onednn()``, run alternately (off, on, on, off, ...: drift cancels)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    with torch.inference_mode():
+        for i in range(2 * (reps + 1)):
+            on = i % 4 in (1, 2)
+            t0 = time.perf_counter()
+            (onednn if on else aten)()
+            if i >= 2:  # the first of each is a warm-up
+                times[on].append(time.perf_counter() - t0)
+    a, o = (sorted(times[k])[len(times[k]) // 2] * 1000 for k in (False, True))
+    return a, o
+
+
 def onednn_rows_faster(
     weight: Tensor, rows: int = 4, reps: int = 8, margin: float = 0.9
 ) -> dict[str, object]:
@@ -72,15 +106,9 @@ def onednn_rows_faster(
     the caches), so that the figures are the streaming ones. Costs ``2 * (reps + 1)`` matmuls.
     """
     x = torch.randn(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    with torch.inference_mode():
-        for i in range(2 * (reps + 1)):
-            on = i % 4 in (1, 2)  # off, on, on, off, ...: drift cancels
-            t0 = time.perf_counter()
-            rows_linear(x, weight, None, on)
-            if i >= 2:  # the first of each is a warm-up
-                times[on].append(time.perf_counter() - t0)
-    aten, onednn = (sorted(times[k])[len(times[k]) // 2] * 1000 for k in (False, True))
+    aten, onednn = time_both(
+        lambda: rows_linear(x, weight, None, False), lambda: rows_linear(x, weight, None, True), reps
+    )
     choice = onednn <= margin * aten
     logger.info(
         "batched rows: %.2f ms in PyTorch's kernel, %.2f ms in oneDNN: using %s",
