@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -197,18 +198,26 @@ def test_folded_weights_follow_weight_changes(tokenizer_dir: Path, param: str) -
     assert np.array_equal(after, fresh.decode_offline(codes))
 
 
+def _same_audio_both_ways(decoder: CodecDecoder, codes: torch.Tensor, switch: Callable[[bool], None]) -> None:
+    """Offline and streamed decodes with ``switch(False)`` and ``switch(True)`` agree to TOL."""
+    outs = []
+    for on in (False, True):
+        switch(on)
+        outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 2, 1, 4])))
+    assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
+    assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
+    assert np.abs(outs[1][1] - outs[1][0]).max() <= TOL
+
+
 def test_gemm_and_direct_conv_paths_agree(
     decoder: CodecDecoder, long_case: tuple[torch.Tensor, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Convolutions run as im2col GEMMs or as ``F.conv1d`` depending on shape: both give the same audio."""
-    codes, _ = long_case
-    codes = codes[:30]
-    outs = []
-    for ratio in (0.0, 1e9):  # every conv direct / every conv a GEMM
-        monkeypatch.setattr(CausalConv, "gemm_max_ratio", ratio)
-        outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 4])))
-    assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
-    assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
+
+    def every_conv_a_gemm(on: bool) -> None:  # off: every conv direct
+        monkeypatch.setattr(CausalConv, "gemm_max_ratio", 1e9 if on else 0.0)
+
+    _same_audio_both_ways(decoder, long_case[0][:30], every_conv_a_gemm)
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
@@ -216,17 +225,13 @@ def test_short_gemms_on_onednn_give_the_same_audio(
     decoder: CodecDecoder, long_case: tuple[torch.Tensor, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``onednn_small`` (chosen by ``prepare`` where faster) moves short GEMMs to oneDNN: same audio."""
-    codes, _ = long_case
-    codes = codes[:30]
-    outs = []
-    for on in (False, True):
+
+    def short_gemms_on_onednn(on: bool) -> None:
         for m in decoder.modules():
             if hasattr(m, "onednn_small"):
                 monkeypatch.setattr(m, "onednn_small", on)
-        outs.append((decoder.decode_offline(codes), _stream(decoder, codes, [1, 2, 1, 4])))
-    assert np.abs(outs[0][0] - outs[1][0]).max() <= TOL
-    assert np.abs(outs[0][1] - outs[1][1]).max() <= TOL
-    assert np.abs(outs[1][1] - outs[1][0]).max() <= TOL
+
+    _same_audio_both_ways(decoder, long_case[0][:30], short_gemms_on_onednn)
     assert decoder.small_gemm is None or isinstance(decoder.small_gemm["onednn"], bool)
 
 
