@@ -151,7 +151,7 @@ def main() -> int:
     for i in range(args.runs):  # interleaved
         ours.append(run_voxcast(engine, voice, args.frames, seed=i, one_frame_codec=codec1))
         print(f"voxcast  run {i}: {json.dumps({k: round(v, 1) for k, v in ours[-1].items()})}", flush=True)
-        if wrapper is not None:
+        if wrapper is not None and items is not None:
             theirs.append(run_official(wrapper, items, args.frames, seed=i))
             print(
                 f"official run {i}: {json.dumps({k: round(v, 1) for k, v in theirs[-1].items()})}", flush=True

@@ -46,6 +46,7 @@ from bench_engine import REF_TEXT, TEXT, checkpoint, machine_info, run_official 
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
+from voxcast.engine.runtime_info import runtime_choices  # noqa: E402
 from voxcast.engine.threads import on_fresh_thread  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
 
@@ -186,8 +187,8 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
             }
             for kind in TTFA_KINDS
         }
-        keys = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame", "ttfa_ms")
-        keys += ("stalls", "stall_ms_per_stream", "rtf")
+        keys: tuple[str, ...] = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame")
+        keys += ("ttfa_ms", "stalls", "stall_ms_per_stream", "rtf")
         per_level = {n: {k: median_of(r["levels"][n], k) for k in keys} for n in levels}
         out[mode] = {"ttfa": ttfa, "levels": per_level}
     if {"on", "off"} <= out.keys():
@@ -364,7 +365,7 @@ def main() -> int:
         "load_ms": engines[modes[0]].load_ms,
         "warmup_ms": {m: e.warmup_ms for m, e in engines.items()},
         "decode_calibration": {m: e.decode_calibration for m, e in engines.items()},
-        "precision": {m: e.precision and e.precision.as_dict() for m, e in engines.items()},
+        "runtime": {m: runtime_choices(e) for m, e in engines.items()},
         "model": {"identity": model.identity, "prefix_cache": getattr(model, "prefix_cache_enabled", None)},
         "summary": summary,
         "official": official,

@@ -213,7 +213,7 @@ class FakeControlPlane:
     def _take(self, n: int, hold_s: float) -> list[JobRecord]:
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queue), timeout=hold_s)
-            taken = []
+            taken: list[JobRecord] = []
             while self._queue and len(taken) < n:
                 rec = self.jobs[self._queue.popleft()]
                 rec.t_taken = time.time()

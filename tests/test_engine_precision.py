@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from voxcast.config import EngineConfig
 from voxcast.engine import engine as engine_module
 from voxcast.engine.engine import Engine
 from voxcast.engine.precision import Precision, native_bfloat16, resolve_precision
+from voxcast.engine.runtime_info import runtime_choices
 
 Factory = Callable[[str], Path]
 
@@ -57,6 +59,15 @@ def test_engine_falls_back_to_float32_codec_without_native_bfloat16(
         assert engine.precision == Precision("float32", "float32", ("VOXCAST_CODEC_DTYPE",))
         assert next(engine.model.codec_decoder.parameters()).dtype == torch.float32
         assert any("VOXCAST_CODEC_DTYPE" in r.getMessage() for r in caplog.records)
+        choices = json.loads(json.dumps(runtime_choices(engine)))
+        assert choices["precision"] == {
+            "model": "float32",
+            "codec": "float32",
+            "fallbacks": ["VOXCAST_CODEC_DTYPE"],
+        }
+        assert choices["device"] == "cpu" and choices["decode_thread"] is False
+        assert choices["onednn_rows"] == engine.model.onednn_rows
+        assert choices["codec_small_gemm"] == engine.model.codec_decoder.small_gemm
         chunks = list(engine.synthesize({"text": "Still speaks.", "voice": "ryan", "max_frames": 4}))
         assert sum(len(c.pcm) for c in chunks) > 0
     finally:

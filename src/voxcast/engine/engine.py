@@ -30,6 +30,7 @@ from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.memory import trim_heap
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.runtime_info import runtime_choices
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.engine.timing import playback_stalls
@@ -234,6 +235,7 @@ class Engine:
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
         self.heap_trim = trim_heap()  # what loading and warm-up freed but the allocator kept
+        log.info("runtime choices: %s", runtime_choices(self))
         return self.warmup_ms
 
     def calibrate_decode_thread(
