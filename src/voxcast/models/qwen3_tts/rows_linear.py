@@ -5,7 +5,9 @@ the weight at memory bandwidth; for the 2-8 rows of a batched decode step MKL's 
 far slower. Measured on an AMD Zen 3 (AVX2, 2 cores; ``scripts/bench_decode.py --streams``, and the
 profile of one 4-row step of the 0.6B talker + code predictor): ``[4, 1024] x [1024, 6144]`` took
 5.3 ms in MKL against 2.1 ms in oneDNN, and a 4-row step cost 2.6x a 1-row one, so batching four
-streams gave 1.4x one stream's frames/s. oneDNN's matmul keeps the weight streaming for small M.
+streams gave 1.43x one stream's frames/s; with the rows on oneDNN, 3.43x (``--rows-kernel both``).
+oneDNN's matmul keeps the weight streaming for small M. The audio decoder runs its short GEMMs
+(one- and two-frame chunks) through the same kernel (:func:`onednn_gemm`, :mod:`.codec_layers`).
 
 Only rows of a batch (``x.shape[0] > 1``, which in this model only a batched decode step produces)
 are rerouted: a single stream and every prefill keep PyTorch's own kernel and so stay bitwise equal
