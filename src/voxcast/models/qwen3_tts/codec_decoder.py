@@ -11,7 +11,8 @@ schedule reproduces the one-pass decode (to float rounding, ~1e-7).
 Parameter names equal the ``decoder.*`` keys of the official ``speech_tokenizer/model.safetensors``
 (minus that prefix), so the official weights load with ``strict=True``.
 
-The building blocks (and the weight folding that makes a frame cheap) live in :mod:`.codec_layers`.
+The building blocks (and the weight folding that makes a frame cheap) live in :mod:`.codec_layers`,
+the quantizer lookup in :mod:`.codec_quantizer`.
 
 Streams never modify a stored tensor in place: a :class:`StreamingDecoder` is cloned by copying
 two short lists (:meth:`StreamingDecoder.clone`), which is how a voice's primed state (decoder run
@@ -37,10 +38,10 @@ from .codec_layers import (
     ConvNeXtBlock,
     DecoderBlock,
     SnakeBeta,
-    SplitQuantizer,
     Transformer,
     _State,
 )
+from .codec_quantizer import SplitQuantizer
 from .rows_linear import onednn_available, onednn_gemm, time_both
 
 __all__ = [
