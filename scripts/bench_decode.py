@@ -462,6 +462,7 @@ def main() -> None:
         )
     if args.streams:
         result["batched"] = _batched_runs(args, cur, model)
+        result["batched_quant"] = args.batch_quant
     out = ROOT / "bench-results" / f"decode-{args.size}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -19,7 +19,7 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
     """The engine's hardware-dependent choices (JSON-able; absent parts are None)."""
     model = engine.model
     decoder = getattr(model, "codec_decoder", None)
-    precision = getattr(engine, "precision", None)
+    precision = engine.precision
     return {
         "device": str(getattr(model, "device", "?")),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

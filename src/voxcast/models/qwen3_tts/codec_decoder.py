@@ -42,7 +42,7 @@ from .codec_layers import (
     _State,
 )
 from .codec_quantizer import SplitQuantizer
-from .rows_linear import onednn_available, onednn_gemm, time_both
+from .rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags
 
 __all__ = [
     "SAMPLES_PER_FRAME",
@@ -113,13 +113,11 @@ class CodecDecoder(nn.Module):
         if w.device.type != "cpu" or w.dtype != torch.float32 or not onednn_available():
             return None
         x = torch.randn(w.shape[1], 5)
-        aten, onednn = time_both(lambda: torch.mm(w, x), lambda: onednn_gemm(w, None, x), reps=4)
-        choice = onednn <= 0.9 * aten
-        for m in self.modules():
-            if hasattr(m, "onednn_small"):
-                setattr(m, "onednn_small", choice)  # noqa: B010 (class attribute, hidden from mypy)
-        logger.info("codec short GEMMs: %.2f ms PyTorch's BLAS, %.2f ms oneDNN", aten, onednn)
-        return {"aten_ms": aten, "onednn_ms": onednn, "onednn": choice}
+        out = kernel_choice(
+            "codec short GEMMs", lambda: torch.mm(w, x), lambda: onednn_gemm(w, None, x), reps=4
+        )
+        set_flags(self, "onednn_small", bool(out["onednn"]))
+        return out
 
     def _fresh_state(self) -> _State:
         return _State([None] * self._n_conv, [None] * self._n_attn)

@@ -28,11 +28,13 @@ from torch import Tensor, nn
 
 __all__ = [
     "Linear",
+    "kernel_choice",
     "onednn_available",
     "onednn_gemm",
     "onednn_linear",
     "onednn_rows_faster",
     "rows_linear",
+    "set_flags",
     "time_both",
     "use_onednn_rows",
 ]
@@ -69,14 +71,19 @@ class Linear(nn.Linear):
         return rows_linear(x, self.weight, self.bias, self.onednn_rows)
 
 
-def use_onednn_rows(module: nn.Module, on: bool) -> int:
-    """Set ``onednn_rows`` on every submodule that has it (Linears, fused projections); returns how many."""
+def set_flags(module: nn.Module, name: str, on: bool) -> int:
+    """Set the kernel flag ``name`` on every submodule that has it; returns how many."""
     n = 0
     for m in module.modules():
-        if hasattr(m, "onednn_rows"):
-            setattr(m, "onednn_rows", on)  # noqa: B010 (a class attribute nn.Module's typing hides)
+        if hasattr(m, name):
+            setattr(m, name, on)
             n += 1
     return n
+
+
+def use_onednn_rows(module: nn.Module, on: bool) -> int:
+    """Set ``onednn_rows`` on every submodule that has it (Linears, fused projections); returns how many."""
+    return set_flags(module, "onednn_rows", on)
 
 
 def onednn_gemm(w: Tensor, b: Tensor | None, x: Tensor) -> Tensor:
@@ -98,24 +105,35 @@ def time_both(aten: Callable[[], object], onednn: Callable[[], object], reps: in
     return a, o
 
 
-def onednn_rows_faster(
-    weight: Tensor, rows: int = 4, reps: int = 8, margin: float = 0.9
+def kernel_choice(
+    what: str, aten: Callable[[], object], onednn: Callable[[], object], reps: int = 8, margin: float = 0.9
 ) -> dict[str, object]:
-    """Time ``rows`` rows through ``weight`` [N, K] with PyTorch's kernel and with oneDNN, alternated.
+    """Time both kernels (:func:`time_both`); oneDNN is chosen when it takes at most ``margin`` of the time.
 
-    Returns ``{"aten_ms", "onednn_ms", "onednn"}`` (medians); ``onednn`` is True when oneDNN took at
-    most ``margin`` of the time. The weight should be one a decode step really reads (larger than
-    the caches), so that the figures are the streaming ones. Costs ``2 * (reps + 1)`` matmuls.
+    Returns ``{"aten_ms", "onednn_ms", "onednn"}`` and logs it, naming ``what`` was measured.
     """
-    x = torch.randn(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    aten, onednn = time_both(
-        lambda: rows_linear(x, weight, None, False), lambda: rows_linear(x, weight, None, True), reps
-    )
-    choice = onednn <= margin * aten
+    aten_ms, onednn_ms = time_both(aten, onednn, reps)
+    choice = onednn_ms <= margin * aten_ms
     logger.info(
-        "batched rows: %.2f ms in PyTorch's kernel, %.2f ms in oneDNN: using %s",
-        aten,
-        onednn,
+        "%s: %.2f ms in PyTorch's kernel, %.2f ms in oneDNN: using %s",
+        what,
+        aten_ms,
+        onednn_ms,
         "oneDNN" if choice else "PyTorch's",
     )
-    return {"aten_ms": aten, "onednn_ms": onednn, "onednn": choice}
+    return {"aten_ms": aten_ms, "onednn_ms": onednn_ms, "onednn": choice}
+
+
+def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str, object]:
+    """:func:`kernel_choice` for ``rows`` rows through ``weight`` [N, K].
+
+    The weight should be one a decode step really reads (larger than the caches), so that the
+    figures are the streaming ones. Costs ``2 * (reps + 1)`` matmuls.
+    """
+    x = torch.randn(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    return kernel_choice(
+        "batched rows",
+        lambda: rows_linear(x, weight, None, False),
+        lambda: rows_linear(x, weight, None, True),
+        reps,
+    )
