@@ -46,6 +46,25 @@ def test_native_bfloat16_probe_answers_for_this_machine() -> None:
         assert native_bfloat16("cuda") is False
 
 
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"),
+    [(False, False, False), (True, False, True), (False, True, True), (True, True, True)],
+)
+def test_native_bfloat16_needs_the_bf16_instructions_not_just_avx512(
+    monkeypatch: pytest.MonkeyPatch, avx512_bf16: bool, amx: bool, expected: bool
+) -> None:
+    # Not oneDNN's check: it says yes on any AVX-512 CPU (emulated bf16, measured 3.3x slower).
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert native_bfloat16("cpu") is expected
+
+
+def test_native_bfloat16_is_false_where_torch_lacks_the_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert native_bfloat16("cpu") is False
+
+
 def test_engine_falls_back_to_float32_codec_without_native_bfloat16(
     tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
