@@ -250,7 +250,7 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
     if "bf16" in args.dtypes and not native_bfloat16("cpu") and not args.emulated_bf16:
-        print("no native bfloat16 on this CPU (emulated: ~70x slower than fp32); skipping bf16")
+        print("no native bfloat16 on this CPU (emulated: 3-70x slower than fp32); skipping bf16")
         args.dtypes = [d for d in args.dtypes if d != "bf16"] or ["fp32"]
     res = run(args)
     _print(res)

@@ -18,13 +18,13 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from voxcast.config import EngineConfig, max_frames_for_text
+from voxcast.engine.active import Active, fill_final_timing, next_chunk_frames
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.memory import trim_heap
@@ -33,7 +33,6 @@ from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.runtime_info import runtime_choices
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
-from voxcast.engine.timing import playback_stalls
 from voxcast.errors import EngineUnavailable, InvalidRequest
 
 __all__ = ["Engine"]
@@ -50,36 +49,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _DECODE_TORCH_THREADS = 0
 
 
-@dataclass
-class _Active:
-    """State of one admitted request.
-
-    The scheduler thread owns ``pending``, ``target``, ``frames`` and ``codes``; the decode jobs
-    (decode thread, or inline) own ``decoder``, ``seq``, ``samples``, ``codec_s``, ``emits`` and
-    ``durations``. ``failed`` is set once by whichever side fails the stream; both then skip it.
-    """
-
-    stream: SynthesisStream
-    generator: Any
-    decoder: Any
-    max_frames: int
-    pending: list[torch.Tensor] = field(default_factory=list)
-    target: int = 1
-    seq: int = 0
-    frames: int = 0
-    samples: int = 0
-    codec_s: float = 0.0
-    emits: list[float] = field(default_factory=list)
-    durations: list[float] = field(default_factory=list)
-    codes: list[torch.Tensor] = field(default_factory=list)
-    failed: bool = False
-
-    def fail(self, exc: BaseException) -> None:
-        """End the stream with ``exc``; later chunks and the end of this request are skipped."""
-        self.failed = True
-        self.stream._fail(exc)
-
-
 class Engine:
     """A warmed model plus its scheduler thread. Thread-safe: call ``synthesize`` from anywhere."""
 
@@ -91,8 +60,8 @@ class Engine:
         self.warmed = False
         self.keep_codes = False
         self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
-        self._active: list[_Active] = []
-        self._prefilling: list[_Active] = []  # admitted, prefill interleaved with the active frames
+        self._active: list[Active] = []
+        self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
         self._stopping = threading.Event()
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
@@ -333,7 +302,7 @@ class Engine:
             if busy:  # one prefill per round while others decode: they stall by one prefill at most
                 return
 
-    def _start(self, stream: SynthesisStream, prefill: bool = True) -> _Active:
+    def _start(self, stream: SynthesisStream, prefill: bool = True) -> Active:
         req, timing = stream.request, stream.timing
         t0 = time.perf_counter()
         timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
@@ -355,13 +324,13 @@ class Engine:
         if seed is not None:
             timing.extra["seed"] = int(seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
-        act = _Active(stream, gen, decoder, max_frames, target=first)
+        act = Active(stream, gen, decoder, max_frames, target=first)
         if prefill:
             gen.prefill()
             self._prefilled(act)
         return act
 
-    def _prefilled(self, act: _Active) -> None:
+    def _prefilled(self, act: Active) -> None:
         """Record a completed prefill in the request's timing."""
         t, gen = act.stream.timing, act.generator
         t.prefill_ms = float(getattr(gen, "prefill_s", 0.0)) * 1000
@@ -424,7 +393,7 @@ class Engine:
             return [g.step() for g in generators]
         return list(step_many(generators))
 
-    def _advance(self, act: _Active, codes: torch.Tensor | None) -> None:
+    def _advance(self, act: Active, codes: torch.Tensor | None) -> None:
         try:
             if codes is not None:
                 act.pending.append(codes)
@@ -442,7 +411,7 @@ class Engine:
                 self._active.remove(act)
             act.fail(e)
 
-    def _emit(self, act: _Active) -> None:
+    def _emit(self, act: Active) -> None:
         """Hand the pending frames to the decode stage as one chunk.
 
         A stream's first chunk is decoded here, on the scheduler thread, at once and with the cores
@@ -455,13 +424,13 @@ class Engine:
         if self.keep_codes:
             act.codes.append(codes)
         act.pending = []
-        act.target = self._next_chunk_frames(act)
+        act.target = next_chunk_frames(act, self.config.chunk_frames, self.config.chunk_ramp)
         if act.frames == codes.shape[0]:  # the first chunk
             self._decode_chunk(act, codes)
         else:
             self._decode.run(lambda: self._decode_chunk(act, codes), act.fail)
 
-    def _decode_chunk(self, act: _Active, codes: torch.Tensor) -> None:
+    def _decode_chunk(self, act: Active, codes: torch.Tensor) -> None:
         """Decode one chunk and deliver it (decode stage; skipped once the stream failed)."""
         if act.failed or (self._decode.threaded and act.stream.cancelled):
             return
@@ -478,45 +447,17 @@ class Engine:
         act.durations.append(chunk.duration_s)
         act.stream._put(chunk)
 
-    def _next_chunk_frames(self, act: _Active) -> int:
-        """Frames in the next chunk: ``chunk_frames``, ramped up from the first chunk when enabled.
-
-        With the ramp each chunk is at most as long as the audio already sent (1, 1, 2, 4, 4, ...), so
-        a stream generated faster than real time never stalls a listener who starts at the first chunk;
-        a fixed 1, 4, 4 schedule stalls whenever four frames take longer than the first 80 ms.
-        """
-        size = act.stream.request.chunk_frames or self.config.chunk_frames
-        return min(size, max(1, act.frames)) if self.config.chunk_ramp else size
-
-    def _finish(self, act: _Active, reason: str | None = None) -> None:
+    def _finish(self, act: Active, reason: str | None = None) -> None:
         """End the request once its chunks are out: queued behind them on the decode stage."""
         self._decode.run(lambda: self._complete(act, reason), act.fail)
 
-    def _complete(self, act: _Active, reason: str | None) -> None:
+    def _complete(self, act: Active, reason: str | None) -> None:
         if act.failed:
             return
-        t = act.stream.timing
-        gen = act.generator
-        t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
-        t.code_predictor_ms = float(getattr(gen, "code_predictor_s", 0.0)) * 1000
-        t.codec_ms = act.codec_s * 1000
-        t.total_ms = (time.perf_counter() - act.stream.started_at) * 1000
-        t.frames = act.frames
-        t.chunks = act.seq
-        t.audio_s = act.samples / self.sample_rate
-        t.rtf = (t.total_ms / 1000) / t.audio_s if t.audio_s else 0.0
-        t.stalls, stall_s = playback_stalls(act.emits, act.durations)
-        t.stall_ms = stall_s * 1000
-        t.finish_reason = reason or str(getattr(gen, "finish_reason", None) or "eos")
-        # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
-        t.runaway = t.finish_reason == "max_frames" and act.stream.request.max_frames is None
-        if t.runaway:
-            log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
-        if self.keep_codes and act.codes:
-            t.extra["codes"] = torch.cat(act.codes).tolist()
+        fill_final_timing(act, self.sample_rate, reason, self.keep_codes)
         act.stream._end()
 
-    def _finish_cancelled(self, stream: SynthesisStream, act: _Active | None = None) -> None:
+    def _finish_cancelled(self, stream: SynthesisStream, act: Active | None = None) -> None:
         if act is not None:
             self._finish(act, reason="cancelled")
         else:

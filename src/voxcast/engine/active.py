@@ -1,0 +1,93 @@
+"""One admitted request inside the engine: its state, its chunk schedule and its final timing.
+
+The scheduler thread and the decode jobs share an :class:`Active` per request; when the request
+ends, :func:`fill_final_timing` turns what both sides recorded into the stream's timing record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.timing import playback_stalls
+
+__all__ = ["Active", "fill_final_timing", "next_chunk_frames"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Active:
+    """State of one admitted request.
+
+    The scheduler thread owns ``pending``, ``target``, ``frames`` and ``codes``; the decode jobs
+    (decode thread, or inline) own ``decoder``, ``seq``, ``samples``, ``codec_s``, ``emits`` and
+    ``durations``. ``failed`` is set once by whichever side fails the stream; both then skip it.
+    """
+
+    stream: SynthesisStream
+    generator: Any
+    decoder: Any
+    max_frames: int
+    pending: list[torch.Tensor] = field(default_factory=list)
+    target: int = 1
+    seq: int = 0
+    frames: int = 0
+    samples: int = 0
+    codec_s: float = 0.0
+    emits: list[float] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    codes: list[torch.Tensor] = field(default_factory=list)
+    failed: bool = False
+
+    def fail(self, exc: BaseException) -> None:
+        """End the stream with ``exc``; later chunks and the end of this request are skipped."""
+        self.failed = True
+        self.stream._fail(exc)
+
+
+def next_chunk_frames(act: Active, chunk_frames: int, ramp: bool) -> int:
+    """Frames in the next chunk: the request's ``chunk_frames`` (else the engine's), ramped up from
+    the first chunk when ``ramp`` is on.
+
+    With the ramp each chunk is at most as long as the audio already sent (1, 1, 2, 4, 4, ...), so
+    a stream generated faster than real time never stalls a listener who starts at the first chunk;
+    a fixed 1, 4, 4 schedule stalls whenever four frames take longer than the first 80 ms.
+    """
+    size = act.stream.request.chunk_frames or chunk_frames
+    return min(size, max(1, act.frames)) if ramp else size
+
+
+def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_codes: bool) -> None:
+    """Complete ``act.stream.timing`` once the request's last chunk was delivered.
+
+    Args:
+        act: the finished request.
+        sample_rate: of the delivered audio.
+        reason: why it ended, when not the generator's own finish reason (e.g. "cancelled").
+        keep_codes: also store the generated codes in ``timing.extra["codes"]``.
+    """
+    t = act.stream.timing
+    gen = act.generator
+    t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
+    t.code_predictor_ms = float(getattr(gen, "code_predictor_s", 0.0)) * 1000
+    t.codec_ms = act.codec_s * 1000
+    t.total_ms = (time.perf_counter() - act.stream.started_at) * 1000
+    t.frames = act.frames
+    t.chunks = act.seq
+    t.audio_s = act.samples / sample_rate
+    t.rtf = (t.total_ms / 1000) / t.audio_s if t.audio_s else 0.0
+    t.stalls, stall_s = playback_stalls(act.emits, act.durations)
+    t.stall_ms = stall_s * 1000
+    t.finish_reason = reason or str(getattr(gen, "finish_reason", None) or "eos")
+    # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
+    t.runaway = t.finish_reason == "max_frames" and act.stream.request.max_frames is None
+    if t.runaway:
+        log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
+    if keep_codes and act.codes:
+        t.extra["codes"] = torch.cat(act.codes).tolist()
