@@ -6,8 +6,9 @@ ICL voice cloned from a synthetic reference, for each decode-thread setting (two
 loaded model; every measurement runs in both settings back to back, order alternating per rep) it
 measures:
   TTFA of a new reference (the request carries reference audio never seen before: the voice is built
-  inside the request), of a known voice's first request (voice prompt ready, prompt prefix and codec
-  priming not cached) and of a cached voice's next request (the engine's per-voice caches), with each
+  inside the request), of a known voice's first request (voice prompt built and its audio decoder
+  primed, as ``Engine.create_voice`` leaves it; prompt prefix not cached) and of a cached voice's next
+  request (the engine's per-voice prefix cache too), with each
   request's ``timing.extra``;
   for N in ``--streams`` concurrent streams started together: aggregate frames/s and audio seconds
   per wall second, per-stream time per frame (wall, and generation only), TTFA, playback stalls, RTF.
@@ -62,8 +63,9 @@ def reference_audio(k: int) -> Any:
 def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
     """An ICL voice no cache has seen (its reference audio differs for every ``k``)."""
     ref = reference_audio(k)
-    # off this thread, as Engine.create_voice does (voxcast.engine.threads)
-    return on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT)), ref
+    # off this thread and primed, as Engine.create_voice does (voxcast.engine.threads)
+    voice = on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT))
+    return engine.prime_voice(voice), ref
 
 
 def reference_wav(k: int) -> str:

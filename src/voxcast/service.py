@@ -14,7 +14,6 @@ are reported in ``result.cache_error``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -199,7 +198,7 @@ class Service:
             store,
             engine.identity,
             engine.create_voice,
-            functools.partial(VoicePrompt.from_bytes, expected_identity=engine.identity),
+            lambda data: engine.prime_voice(VoicePrompt.from_bytes(data, expected_identity=engine.identity)),
             speakers=speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
         )

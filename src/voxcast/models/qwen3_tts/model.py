@@ -18,6 +18,7 @@ speaker encoder and codec encoder) are loaded by :meth:`Qwen3TTS.from_pretrained
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -128,6 +129,7 @@ class Qwen3TTS:
         self._prompts = PromptBuilder(config, self.talker, tokenizer, cache_scope=scope)
         self.prefix_kv = PrefixKVCache()
         self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
+        self._primed_lock = threading.Lock()
 
     def _choose_rows_kernel(
         self, onednn_rows: bool | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
@@ -312,12 +314,36 @@ class Qwen3TTS:
         """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice)."""
         if voice is None or voice.ref_codes is None:
             return self.codec_decoder.new_stream()
-        hit = self._primed.get(id(voice))
-        if hit is None or hit[0] is not voice:
-            primed = self.codec_decoder.new_stream(prime_codes=voice.ref_codes)
-            hit = (voice, primed)
-            self._primed[id(voice)] = hit
+        return self._primed_decoder(voice).clone()
+
+    def prime_voice(self, voice: VoicePrompt) -> VoicePrompt:
+        """Run the codec decoder over ``voice``'s reference codes now, so that its first request does not.
+
+        Priming (the decoder state after the reference, ~90 ms for a 3 s reference on 2 CPU cores) is
+        otherwise done by the first request of the voice, on the scheduler thread, where it also
+        stalls every other active stream. Safe to call from any thread, concurrently with synthesis;
+        a no-op for voices without reference codes (x-vector only) or already primed.
+        """
+        if voice.ref_codes is not None:
+            self._primed_decoder(voice)
+        return voice
+
+    def _primed_decoder(self, voice: VoicePrompt) -> StreamingDecoder:
+        """The primed decoder of ``voice`` from the LRU of :data:`PRIMED_DECODERS`, primed on a miss.
+
+        Keyed by ``id(voice)`` and checked by identity (an id may be reused after a voice is freed).
+        The lock guards the LRU only: two threads missing the same voice both prime it (same state).
+        """
+        key = id(voice)
+        with self._primed_lock:
+            hit = self._primed.get(key)
+            if hit is not None and hit[0] is voice:
+                self._primed.move_to_end(key)
+                return hit[1]
+        primed = self.codec_decoder.new_stream(prime_codes=voice.ref_codes)
+        with self._primed_lock:
+            self._primed[key] = (voice, primed)
+            self._primed.move_to_end(key)
             while len(self._primed) > PRIMED_DECODERS:
                 self._primed.popitem(last=False)
-        self._primed.move_to_end(id(voice))
-        return hit[1].clone()
+        return primed
