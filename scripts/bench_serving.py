@@ -19,6 +19,9 @@ batching) on the same weights, via bench_engine.run_official.
     python scripts/bench_serving.py [--size tiny | --model DIR] [--streams 1,2,4,8] [--frames 24] [--reps 2]
         [--decode-thread both|on|off|auto] [--official]
 
+``--priming-ab N`` also times N alternated pairs of a new voice's first request with its audio decoder
+primed ahead (as ``Engine.create_voice`` leaves a voice) vs primed by the request itself.
+
 ``--decode-thread auto`` runs one engine that picks the mode at warm-up; the JSON records its timings
 (``decode_calibration``).
 """
@@ -60,12 +63,12 @@ def reference_audio(k: int) -> Any:
     return _reference_audio(SR, seconds=3.0 + 0.01 * k)
 
 
-def fresh_voice(engine: Engine, k: int) -> tuple[Any, Any]:
+def fresh_voice(engine: Engine, k: int, primed: bool = True) -> tuple[Any, Any]:
     """An ICL voice no cache has seen (its reference audio differs for every ``k``)."""
     ref = reference_audio(k)
     # off this thread and primed, as Engine.create_voice does (voxcast.engine.threads)
     voice = on_fresh_thread(lambda: engine.model.make_voice_prompt(ref, SR, ref_text=REF_TEXT))
-    return engine.prime_voice(voice), ref
+    return engine.prime_voice(voice) if primed else voice, ref
 
 
 def reference_wav(k: int) -> str:
@@ -124,6 +127,29 @@ def ttfa_probe(engine: Engine, k: int, frames: int) -> tuple[dict[str, Any], Any
     first = stream_record(engine, voice, frames, seed=0)
     second = stream_record(engine, voice, frames, seed=1)
     return {"new_reference": new, "known_voice": first, "cached": second}, voice
+
+
+def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 1000) -> dict[str, Any]:
+    """First-request TTFA of a fresh voice primed ahead (``Engine.prime_voice``, as ``create_voice``
+    does) vs primed by the request itself (the behaviour before), alternated lazy, ahead, ahead,
+    lazy, ... in one engine, ``pairs`` of each."""
+    ttfa: dict[str, list[float]] = {"lazy": [], "ahead": []}
+    prime_ms = []
+    for i in range(2 * pairs):
+        kind = "ahead" if i % 4 in (1, 2) else "lazy"
+        voice, _ = fresh_voice(engine, k0 + i, primed=False)
+        if kind == "ahead":
+            t0 = time.perf_counter()
+            engine.prime_voice(voice)
+            prime_ms.append((time.perf_counter() - t0) * 1000)
+        ttfa[kind].append(stream_record(engine, voice, frames, seed=0)["ttfa_ms"])
+    med = {kind: statistics.median(v) for kind, v in ttfa.items()}
+    return {
+        "ttfa_ms": ttfa,
+        "median_ttfa_ms": med,
+        "ahead_over_lazy": med["ahead"] / med["lazy"],
+        "priming_ms_median": statistics.median(prime_ms),
+    }
 
 
 def concurrent(engine: Engine, voice: Any, n: int, frames: int) -> dict[str, Any]:
@@ -313,6 +339,13 @@ def main() -> int:
     ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
     ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--official", action="store_true", help="also time the official qwen-tts")
+    ap.add_argument(
+        "--priming-ab",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time N pairs of a new voice's first request primed ahead vs by the request",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
@@ -352,6 +385,7 @@ def main() -> int:
                     f"{level['ms_per_frame']:.0f} ms/frame, TTFA {level['ttfa_ms']:.0f} ms",
                     flush=True,
                 )
+    priming = priming_ab(engines[modes[0]], args.priming_ab, args.frames) if args.priming_ab else None
     for engine in engines.values():
         engine.close()
 
@@ -371,6 +405,7 @@ def main() -> int:
         "model": {"identity": model.identity, "prefix_cache": getattr(model, "prefix_cache_enabled", None)},
         "summary": summary,
         "official": official,
+        "priming_ab": priming,
         "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -378,6 +413,13 @@ def main() -> int:
     out.write_text(json.dumps(doc, indent=1, default=str))
     plot(summary, levels, official, out.with_suffix(".png"))
     print_table(summary, levels, official)
+    if priming is not None:
+        m = priming["median_ttfa_ms"]
+        print(
+            f"\nfirst request of a new voice, primed ahead vs by the request ({args.priming_ab} pairs, "
+            f"alternated): TTFA {m['ahead']:.0f} vs {m['lazy']:.0f} ms = x{priming['ahead_over_lazy']:.2f} "
+            f"(priming ahead took {priming['priming_ms_median']:.0f} ms, off the request)"
+        )
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 
