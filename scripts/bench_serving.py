@@ -129,7 +129,7 @@ def ttfa_probe(engine: Engine, k: int, frames: int) -> tuple[dict[str, Any], Any
     return {"new_reference": new, "known_voice": first, "cached": second}, voice
 
 
-def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 1000) -> dict[str, Any]:
+def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 20) -> dict[str, Any]:
     """First-request TTFA of a fresh voice primed ahead (``Engine.prime_voice``, as ``create_voice``
     does) vs primed by the request itself (the behaviour before), alternated lazy, ahead, ahead,
     lazy, ... in one engine, ``pairs`` of each."""
