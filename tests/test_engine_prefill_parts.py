@@ -7,6 +7,8 @@ the one-pass prefill up to float rounding: on the tiny checkpoint greedy codes a
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,3 +118,56 @@ def test_engine_reports_prefix_cache_hits(tiny_model_dir: Factory) -> None:
         assert second.timing.to_dict()["prefix_cache_hit"] is True
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("burst", [True, False])
+def test_requests_arriving_together_start_together(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, burst: bool
+) -> None:
+    cfg = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")),
+        device="cpu",
+        warmup=False,
+        prefill_chunk=4,
+        burst_admit=burst,
+    )
+    engine = Engine.load(cfg)
+    try:
+        real_build = engine.model.build_prompt
+        calls = []
+
+        def slow_first_build(*a: object, **kw: object) -> object:
+            calls.append(1)
+            if len(calls) == 1:  # the others queue up meanwhile: a burst
+                time.sleep(0.3)
+            return real_build(*a, **kw)
+
+        monkeypatch.setattr(engine.model, "build_prompt", slow_first_build)
+        request = {"text": TEXT, "voice": "ryan", "greedy": True, "max_frames": 8}
+        streams = [engine.synthesize({**request, "seed": i}) for i in range(3)]
+        chunks: list[list[float]] = [[] for _ in streams]
+
+        def play(i: int) -> None:
+            chunks[i] = [c.t_emit for c in streams[i]]
+
+        threads = [threading.Thread(target=play, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(timeout=60)
+        firsts, seconds = [c[0] for c in chunks], [c[1] for c in chunks]
+        parts = [s.timing.prefill_parts for s in streams]
+        if burst:  # all three admitted before anyone's first frame: first chunks before any second
+            assert parts == [1, 1, 1] and max(firsts) < min(seconds)
+        else:  # one per round: the later ones prefilled in parts while the first one plays
+            assert max(parts) > 1 and max(firsts) > min(seconds)
+        assert all(s.timing.frames == 8 for s in streams)
+    finally:
+        engine.close()
+
+
+def test_burst_admit_setting() -> None:
+    assert EngineConfig().burst_admit is True
+    assert EngineConfig.from_env({"VOXCAST_BURST_ADMIT": "0"}).burst_admit is False
+    assert EngineConfig.from_env({"VOXCAST_BURST_ADMIT": "on"}).burst_admit is True

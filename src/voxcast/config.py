@@ -97,6 +97,9 @@ class EngineConfig:
         prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
             positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
             prefill at once). A lone request always gets the one-pass prefill.
+        burst_admit: while no admitted stream has produced a frame yet, admit every waiting request
+            and prefill it whole, so that requests arriving together start together
+            (``VOXCAST_BURST_ADMIT``, on); off, they are admitted one per round like later arrivals.
     """
 
     model: str = DEFAULT_MODEL
@@ -114,6 +117,7 @@ class EngineConfig:
     compile: str = "off"
     decode_thread: str = "auto"
     prefill_chunk: int = 16
+    burst_admit: bool = True
     codec_dtype: str = "auto"
     trace_steps: bool = True
 
@@ -160,6 +164,7 @@ class EngineConfig:
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
+            burst_admit=env_bool(env, "VOXCAST_BURST_ADMIT", d.burst_admit),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
         )

@@ -2,10 +2,11 @@
 
 ``Engine.load(config)`` loads the checkpoint, warms every path a request can take and starts the
 scheduler. ``engine.synthesize(request)`` returns a lazy :class:`SynthesisStream`. The scheduler admits
-new requests (prompt + prefill, alone; at most one per round while others are decoding, so active
-streams stall by about one prefill) and advances every active request by one frame per round in one
-batched step (continuous batching: the talker and code predictor read their weights once for all
-rows), so concurrent users share the cost of a frame instead of queueing behind each other.
+new requests (prompt + prefill; at most one per round, prefilled in parts, while others are playing, so
+they stall by about one part; all waiting ones at once while none has produced a frame yet) and
+advances every active request by one frame per round in one batched step (continuous batching: the
+talker and code predictor read their weights once for all rows), so concurrent users share the cost of
+a frame instead of queueing behind each other.
 Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with a decode thread
 (``config.decode_thread`` "on", or "auto" when warm-up measured it faster on this machine) the codec
 decodes them on a second thread while the scheduler generates the next frames; a stream ends only
@@ -296,8 +297,18 @@ class Engine:
             self._decode.stop()  # streams that already ended generating still get their last chunks
 
     def _admit(self) -> None:
+        """Admit waiting requests, up to ``max_active`` streams.
+
+        Once an admitted stream has produced a frame (someone may be listening), at most one request
+        per round, prefilled in parts between the frames (``prefill_chunk``): playing streams stall
+        by about one part. Before that (``burst_admit``), every waiting request is admitted and
+        prefilled whole at once, so requests that arrive together start together: measured with four
+        arriving at once, the last one's first audio came after three earlier streams' first chunks
+        and ramp-up chunks otherwise (see README, session 6).
+        """
         while len(self._active) + len(self._prefilling) < self.config.max_active:
             busy = bool(self._active or self._prefilling)
+            playing = busy and not (self.config.burst_admit and self._nobody_playing())
             try:
                 stream = self._pending.get_nowait() if busy else self._pending.get(timeout=_IDLE_WAIT_S)
             except queue.Empty:
@@ -306,7 +317,7 @@ class Engine:
                 self._finish_cancelled(stream)
                 continue
             try:
-                if busy and self.config.prefill_chunk:
+                if playing and self.config.prefill_chunk:
                     self._prefilling.append(self._start(stream, prefill=False))
                 else:
                     self._active.append(self._start(stream))
@@ -314,8 +325,12 @@ class Engine:
                 if not isinstance(e, InvalidRequest):
                     log.exception("request %s failed to start", stream.timing.request_id)
                 stream._fail(e)
-            if busy:  # one prefill per round while others decode: they stall by one prefill at most
+            if playing:  # one prefill per round while others play: they stall by one part at most
                 return
+
+    def _nobody_playing(self) -> bool:
+        """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
+        return not self._prefilling and all(act.frames == 0 for act in self._active)
 
     def _start(self, stream: SynthesisStream, prefill: bool = True) -> Active:
         req, timing = stream.request, stream.timing
