@@ -62,3 +62,34 @@ def test_config_field() -> None:
     assert EngineConfig.from_env({"VOXCAST_QUANT": "INT8"}).quant == "int8"
     with pytest.raises(ValueError, match="VOXCAST_QUANT"):
         EngineConfig.from_env({"VOXCAST_QUANT": "fp8"})
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_int8_linear_equals_quantize_dynamic(bias: bool) -> None:
+    """quant._int8 builds what torch's quantize_dynamic builds (same int8 weights, scales, outputs)."""
+    import warnings
+
+    from torch import nn
+
+    from voxcast.models.qwen3_tts.quant import _int8
+
+    torch.manual_seed(0)
+    parts = [nn.Linear(64, n, bias=bias) for n in (48, 16, 16)]
+    fused = nn.Linear(64, 80, bias=bias)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([p.weight for p in parts]))
+        if bias:
+            fused.bias.copy_(torch.cat([p.bias for p in parts]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+        ref = torch.ao.quantization.quantize_dynamic(nn.Sequential(fused), spec, dtype=torch.qint8)[0]
+    ours = _int8(*parts)
+    (w_ref, b_ref), (w_ours, b_ours) = ref._weight_bias(), ours._weight_bias()
+    assert torch.equal(w_ref.int_repr(), w_ours.int_repr())
+    assert torch.equal(w_ref.q_per_channel_scales(), w_ours.q_per_channel_scales())
+    assert torch.equal(w_ref.q_per_channel_zero_points(), w_ours.q_per_channel_zero_points())
+    assert (b_ref is None) == (b_ours is None) and (b_ref is None or torch.equal(b_ref, b_ours))
+    assert (ours.in_features, ours.out_features) == (64, 80)
+    x = torch.randn(3, 5, 64)
+    assert torch.equal(ref(x), ours(x))
