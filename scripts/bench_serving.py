@@ -6,8 +6,8 @@ ICL voice cloned from a synthetic reference, for each decode-thread setting (two
 loaded model; every measurement runs in both settings back to back, order alternating per rep) it
 measures:
   TTFA of a new reference (the request carries reference audio never seen before: the voice is built
-  inside the request), of a known voice's first request (voice prompt built and its audio decoder
-  primed, as ``Engine.create_voice`` leaves it; prompt prefix not cached) and of a cached voice's next
+  inside the request), of a known voice's first request (voice prompt built, its audio decoder primed
+  and its prompt prefix computed, as ``Engine.create_voice`` leaves it) and of a cached voice's next
   request (the engine's per-voice prefix cache too), with each
   request's ``timing.extra``;
   for N in ``--streams`` concurrent streams started together: aggregate frames/s and audio seconds
@@ -19,8 +19,9 @@ batching) on the same weights, via bench_engine.run_official.
     python scripts/bench_serving.py [--size tiny | --model DIR] [--streams 1,2,4,8] [--frames 24] [--reps 2]
         [--decode-thread both|on|off|auto] [--official]
 
-``--priming-ab N`` also times N alternated pairs of a new voice's first request with its audio decoder
-primed ahead (as ``Engine.create_voice`` leaves a voice) vs primed by the request itself.
+``--priming-ab N`` also times a new voice's first request N times in each of three preparations,
+alternated: nothing ahead, its audio decoder primed ahead, and the decoder primed and its prompt prefix
+computed ahead (as ``Engine.create_voice`` leaves a voice).
 
 ``--decode-thread auto`` runs one engine that picks the mode at warm-up; the JSON records its timings
 (``decode_calibration``).
@@ -130,25 +131,32 @@ def ttfa_probe(engine: Engine, k: int, frames: int) -> tuple[dict[str, Any], Any
 
 
 def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 20) -> dict[str, Any]:
-    """First-request TTFA of a fresh voice primed ahead (``Engine.prime_voice``, as ``create_voice``
-    does) vs primed by the request itself (the behaviour before), alternated lazy, ahead, ahead,
-    lazy, ... in one engine, ``pairs`` of each."""
-    ttfa: dict[str, list[float]] = {"lazy": [], "ahead": []}
-    prime_ms = []
-    for i in range(2 * pairs):
-        kind = "ahead" if i % 4 in (1, 2) else "lazy"
-        voice, _ = fresh_voice(engine, k0 + i, primed=False)
-        if kind == "ahead":
-            t0 = time.perf_counter()
-            engine.prime_voice(voice)
-            prime_ms.append((time.perf_counter() - t0) * 1000)
-        ttfa[kind].append(stream_record(engine, voice, frames, seed=0)["ttfa_ms"])
-    med = {kind: statistics.median(v) for kind, v in ttfa.items()}
+    """First-request TTFA of a fresh voice prepared three ways, in one engine, ``pairs`` of each, in the
+    order lazy, codec, full, full, codec, lazy, ...: ``lazy`` nothing ahead (the first request primes
+    the audio decoder and computes the prompt prefix, as before session 6), ``codec`` the audio decoder
+    primed ahead (``Engine.prime_voice(prefix=False)``, sessions 6), ``full`` the decoder primed and
+    the prompt prefix computed ahead (``Engine.prime_voice``, as ``create_voice`` does now)."""
+    arms = ["lazy", "codec", "full"]
+    ttfa: dict[str, list[float]] = {arm: [] for arm in arms}
+    prep_ms: dict[str, list[float]] = {"codec": [], "full": []}
+    k = k0
+    for rep in range(pairs):
+        for arm in arms if rep % 2 == 0 else arms[::-1]:
+            voice, _ = fresh_voice(engine, k, primed=False)
+            k += 1
+            if arm != "lazy":
+                t0 = time.perf_counter()
+                engine.prime_voice(voice, prefix=arm == "full")
+                prep_ms[arm].append((time.perf_counter() - t0) * 1000)
+            ttfa[arm].append(stream_record(engine, voice, frames, seed=0)["ttfa_ms"])
+    med = {arm: statistics.median(v) for arm, v in ttfa.items()}
     return {
         "ttfa_ms": ttfa,
         "median_ttfa_ms": med,
-        "ahead_over_lazy": med["ahead"] / med["lazy"],
-        "priming_ms_median": statistics.median(prime_ms),
+        "codec_over_lazy": med["codec"] / med["lazy"],
+        "full_over_lazy": med["full"] / med["lazy"],
+        "full_over_codec": med["full"] / med["codec"],
+        "prepare_ms_median": {arm: statistics.median(v) for arm, v in prep_ms.items()},
     }
 
 
@@ -344,7 +352,7 @@ def main() -> int:
         type=int,
         default=0,
         metavar="N",
-        help="also time N pairs of a new voice's first request primed ahead vs by the request",
+        help="also time a new voice's first request N times each: nothing / decoder / decoder + prefix ahead",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
@@ -414,11 +422,13 @@ def main() -> int:
     plot(summary, levels, official, out.with_suffix(".png"))
     print_table(summary, levels, official)
     if priming is not None:
-        m = priming["median_ttfa_ms"]
+        m, prep = priming["median_ttfa_ms"], priming["prepare_ms_median"]
         print(
-            f"\nfirst request of a new voice, primed ahead vs by the request ({args.priming_ab} pairs, "
-            f"alternated): TTFA {m['ahead']:.0f} vs {m['lazy']:.0f} ms = x{priming['ahead_over_lazy']:.2f} "
-            f"(priming ahead took {priming['priming_ms_median']:.0f} ms, off the request)"
+            f"\nfirst request of a new voice ({args.priming_ab} of each, alternated): TTFA nothing ahead "
+            f"{m['lazy']:.0f} ms, decoder primed ahead {m['codec']:.0f} ms (x{priming['codec_over_lazy']:.2f}; "
+            f"{prep['codec']:.0f} ms ahead), decoder + prompt prefix ahead {m['full']:.0f} ms "
+            f"(x{priming['full_over_lazy']:.2f}, x{priming['full_over_codec']:.2f} of decoder only; "
+            f"{prep['full']:.0f} ms ahead)"
         )
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0

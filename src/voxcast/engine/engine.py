@@ -155,9 +155,16 @@ class Engine:
         prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
         return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare)
 
-    def create_voice(self, audio: bytes, ref_text: str | None, x_vector_only: bool = False) -> Any:
+    def create_voice(
+        self, audio: bytes, ref_text: str | None, x_vector_only: bool = False, *, prefix: bool = True
+    ) -> Any:
         """Build a ``VoicePrompt`` from a reference audio file (any common container/rate), primed
-        (:meth:`prime_voice`) so that its first request starts as fast as later ones."""
+        (:meth:`prime_voice`) so that its first request starts as fast as later ones.
+
+        Args:
+            prefix: also compute its prompt prefix (a request that brings its own reference audio
+                skips that: its one-pass prefill computes the prefix anyway, at no extra cost).
+        """
         from voxcast.models.qwen3_tts.reference_audio import load_reference_audio
 
         if self.model_type != "base":
@@ -169,28 +176,31 @@ class Engine:
             lambda: self._primed(
                 self.model.make_voice_prompt(
                     pcm, self.sample_rate, ref_text=ref_text, x_vector_only=x_vector_only or ref_text is None
-                )
+                ),
+                prefix,
             )
         )
 
-    def prime_voice(self, voice: Any) -> Any:
-        """Prepare ``voice``'s audio-decoder state now (off this thread), not in its first request.
+    def prime_voice(self, voice: Any, *, prefix: bool = True) -> Any:
+        """Prepare ``voice``'s per-voice state now (off this thread), not in its first request: its
+        audio-decoder state and, with ``prefix`` and the prefix cache on, its prompt prefix's keys and
+        values for language "auto".
 
         :meth:`create_voice` does it for the voices it builds; call it for a voice obtained otherwise
         (e.g. loaded from storage) before its first request. Returns ``voice``.
         """
-        return on_fresh_thread(lambda: self._primed(voice))
+        return on_fresh_thread(lambda: self._primed(voice, prefix))
 
-    def _primed(self, voice: Any) -> Any:
+    def _primed(self, voice: Any, prefix: bool = True) -> Any:
         prime = getattr(self.model, "prime_voice", None)
-        return voice if prime is None else prime(voice)
+        return voice if prime is None else prime(voice, prefix=prefix)
 
     def _prepare_voice(self, stream: SynthesisStream) -> None:
         t0 = time.perf_counter()
         req = stream.request
         audio = req.ref_audio_bytes()
         assert audio is not None
-        stream.voice = self.create_voice(audio, req.ref_text, req.x_vector_only)
+        stream.voice = self.create_voice(audio, req.ref_text, req.x_vector_only, prefix=False)
         stream.timing.voice_ms = (time.perf_counter() - t0) * 1000
 
     def _submit(self, stream: SynthesisStream) -> None:
@@ -214,6 +224,9 @@ class Engine:
         for request, voice in pairs:
             for _ in self.synthesize(request, voice):
                 pass
+        fill = getattr(self.model, "fill_speaker_prefixes", None)
+        if fill is not None:  # the named speakers' prompt prefixes, so no first request computes one
+            on_fresh_thread(fill)
         if self.config.decode_thread == "auto":
             self.calibrate_decode_thread(sample=pairs[0])
         self.warmup_ms = (time.perf_counter() - t0) * 1000

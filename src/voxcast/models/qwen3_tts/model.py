@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 #: Primed codec-decoder states kept per cloned voice.
 PRIMED_DECODERS = 32
 
+#: Text of the request whose prompt prefix :meth:`Qwen3TTS.fill_prefix` computes (the prefix never
+#: depends on it, and only prefix positions run).
+_PREFIX_TEXT = "Hello."
+
 
 class Qwen3TTS:
     """A loaded checkpoint. Not thread-safe: the engine drives it from one thread.
@@ -316,17 +320,49 @@ class Qwen3TTS:
             return self.codec_decoder.new_stream()
         return self._primed_decoder(voice).clone()
 
-    def prime_voice(self, voice: VoicePrompt) -> VoicePrompt:
-        """Run the codec decoder over ``voice``'s reference codes now, so that its first request does not.
+    def prime_voice(self, voice: VoicePrompt, *, prefix: bool = True) -> VoicePrompt:
+        """Prepare ``voice``'s per-voice state now, so that its first request does not.
 
-        Priming (the decoder state after the reference, ~90 ms for a 3 s reference on 2 CPU cores) is
-        otherwise done by the first request of the voice, on the scheduler thread, where it also
+        Two parts: the codec decoder run over the voice's reference codes (an ICL voice's audio-decoder
+        state, ~90 ms for a 3 s reference on 2 CPU cores), and with ``prefix`` and the prefix cache on,
+        its constant prompt prefix's keys/values for language "auto" (:meth:`fill_prefix`). Both are
+        otherwise done by the voice's first request, on the scheduler thread, where the priming also
         stalls every other active stream. Safe to call from any thread, concurrently with synthesis;
-        a no-op for voices without reference codes (x-vector only) or already primed.
+        parts already done, or not applicable (no reference codes), are skipped.
         """
         if voice.ref_codes is not None:
             self._primed_decoder(voice)
+        if prefix:
+            self.fill_prefix(voice=voice)
         return voice
+
+    def fill_prefix(self, *, voice: VoicePrompt | None = None, speaker: str | None = None) -> bool:
+        """Compute the constant prompt prefix of ``voice`` (or named ``speaker``) into :attr:`prefix_kv`.
+
+        Runs only the prefix positions (role, tags, speaker slot, and for an ICL voice its
+        reference-text positions) of a request in language "auto" without instruct, with the model's
+        default text mode, so such a request's first prefill is already a hit and runs only the rest
+        (equal to a one-pass prefill up to rounding, like any hit: see :mod:`.prefix_cache`). Safe to
+        call from any thread.
+
+        Returns:
+            True when computed now; False when the prefix cache is off, the prompt has no prefix, or
+            it is already cached.
+        """
+        if not self.prefix_cache_enabled:
+            return False
+        prompt = self.build_prompt(_PREFIX_TEXT, speaker=speaker, voice=voice)
+        if prompt.prefix_key is None or prompt.prefix_key in self.prefix_kv:
+            return False
+        gen = self.new_generator(prompt, SamplingParams(greedy=True), max_frames=1)
+        gen.prefill_part(prompt.prefix_len)  # stores the prefix once its last position is in
+        return True
+
+    def fill_speaker_prefixes(self) -> int:
+        """:meth:`fill_prefix` for every named speaker (CustomVoice); returns how many were computed."""
+        if self.model_type != "custom_voice":
+            return 0
+        return sum(self.fill_prefix(speaker=speaker) for speaker in self.speakers)
 
     def _primed_decoder(self, voice: VoicePrompt) -> StreamingDecoder:
         """The primed decoder of ``voice`` from the LRU of :data:`PRIMED_DECODERS`, primed on a miss.

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -102,7 +103,8 @@ def _instruct_template(text: str) -> str:
 
 
 class PromptBuilder:
-    """Builds :class:`Prompt` objects for one loaded model (not thread-safe: one engine thread).
+    """Builds :class:`Prompt` objects for one loaded model. Thread-safe: one lock around :meth:`build`
+    (the scheduler builds prompts while voices are prepared on other threads).
 
     Args:
         cache_scope: names the model in every ``prefix_key`` (identity, dtype, quant, device).
@@ -118,6 +120,7 @@ class PromptBuilder:
         self._prefix: OrderedDict[tuple[object, ...], tuple[VoiceLike | None, Tensor]] = OrderedDict()
         self._ref: OrderedDict[int, tuple[VoiceLike, Tensor]] = OrderedDict()
         self._specials: tuple[Tensor, Tensor, Tensor] | None = None
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ validation
 
@@ -196,7 +199,7 @@ class PromptBuilder:
         lang, spk = self.validate(text, speaker=speaker, voice=voice, language=language, instruct=instruct)
         if non_streaming_text is None:
             non_streaming_text = voice is None
-        with torch.inference_mode():
+        with self._lock, torch.inference_mode():
             return self._build(text, spk, voice, lang, instruct, non_streaming_text)
 
     def _build(
