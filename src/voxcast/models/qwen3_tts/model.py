@@ -117,8 +117,9 @@ class Qwen3TTS:
         self.onednn_rows = self._choose_rows_kernel(onednn_rows, device, dtype, quant, compile)
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
-        elif trace_steps:
-            self.talker.code_predictor.use_traced_steps()  # recorded by prepare_batches or on first use
+        elif trace_steps:  # recorded by prepare_batches or on first use
+            self.talker.code_predictor.use_traced_steps()
+            self.talker.use_traced_step()
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
@@ -180,8 +181,9 @@ class Qwen3TTS:
             compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
             codec_dtype: the audio decoder's dtype (default ``dtype``); bfloat16 decodes 2.3-2.7x
                 faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
-            trace_steps: replay the code predictor's intra-frame forwards from recordings
-                (:mod:`.cp_trace`; bitwise the same outputs, less Python per step).
+            trace_steps: replay the code predictor's intra-frame forwards and the talker's one-row
+                decode step from recordings (:mod:`.cp_trace`, :mod:`.talker_trace`; bitwise the
+                same outputs, less Python per step).
             onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
                 PyTorch's BLAS (False), or whichever measures faster at load (None;
                 :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
@@ -290,11 +292,14 @@ class Qwen3TTS:
     # ------------------------------------------------------------------ generation
 
     def prepare_batches(self, max_batch: int) -> None:
-        """Record the code predictor's steps for every batch size up to ``max_batch`` (if traced)."""
+        """Record the talker's one-row step and the code predictor's steps for every batch size up to
+        ``max_batch`` (if traced)."""
         traced = self.talker.code_predictor.traced
         if traced is not None:
             with torch.inference_mode():
                 traced.prepare_upto(max_batch)
+        if self.talker.traced is not None:
+            self.talker.traced.prepare()
 
     def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
         """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random).

@@ -26,6 +26,7 @@ from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
     from voxcast.models.qwen3_tts.graphs import StaticDecode
+    from voxcast.models.qwen3_tts.talker_trace import TracedTalkerStep
 
 __all__ = [
     "Attention",
@@ -329,6 +330,8 @@ class Talker(nn.Module):
         self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
         #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :meth:`use_static_decode`.
         self.static: StaticDecode | None = None
+        #: The recorded one-row decode step (VOXCAST_TRACE_STEPS), set by :meth:`use_traced_step`.
+        self.traced: TracedTalkerStep | None = None
 
     def text_embed(self, ids: Tensor) -> Tensor:
         """``T(ids)``: text embedding then projection. ``ids [B, L]`` -> ``[B, L, hidden]``."""
@@ -376,15 +379,38 @@ class Talker(nn.Module):
             ``(hidden [B, L, hidden] after the final norm, logits [B, L, vocab])``.
         """
         n = embeds.shape[1]
-        if self.static is not None and n == 1 and start > 0 and embeds.shape[0] == 1:
+        one_step = n == 1 and start > 0 and embeds.shape[0] == 1
+        if self.static is not None and one_step:
             return self.static.talker_step(embeds, cache, start)
-        cos, sin = self._rope(start + n, embeds)
-        cos, sin = cos[start : start + n][None, None], sin[start : start + n][None, None]  # [1, 1, L, D]
+        if self.traced is not None and one_step:
+            return self.traced.step(embeds, cache, start)
+        cos, sin = self.rope_at(start, embeds, n)
+        return self.run_layers(embeds, cos, sin, cache, start)
+
+    def run_layers(
+        self, embeds: Tensor, cos: Tensor, sin: Tensor, cache: list[KVCache], start: int
+    ) -> tuple[Tensor, Tensor]:
+        """The decoder layers, final norm and ``codec_head`` for positions ``[start, start + L)``.
+
+        ``cos``/``sin``: :meth:`rope_at`. ``start`` may be a 0-dim tensor while tracing
+        (:mod:`.talker_trace`). Returns ``(hidden [B, L, hidden], logits [B, L, vocab])``.
+        """
         h = embeds
         for layer, layer_cache in zip(self.model.layers, cache, strict=True):
             h = layer(h, cos, sin, layer_cache, start)
         h = self.model.norm(h)
         return h, self.codec_head(h)
+
+    def rope_at(self, start: int, like: Tensor, n: int = 1) -> tuple[Tensor, Tensor]:
+        """cos/sin ``[1, 1, n, D]`` of positions ``[start, start + n)`` in ``like``'s dtype and device."""
+        cos, sin = self._rope(start + n, like)
+        return cos[start : start + n][None, None], sin[start : start + n][None, None]
+
+    def use_traced_step(self, enabled: bool = True) -> None:
+        """Replay the one-row decode step from a recording (:mod:`.talker_trace`; bitwise the same)."""
+        from voxcast.models.qwen3_tts.talker_trace import TracedTalkerStep
+
+        self.traced = TracedTalkerStep(self) if enabled else None
 
     def forward_rows(
         self, embeds: Tensor, caches: list[list[KVCache]], starts: list[int]
