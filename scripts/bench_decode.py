@@ -163,6 +163,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.trace:
         t0 = time.perf_counter()
         model.talker.code_predictor.use_traced_steps()
+        if hasattr(model.talker, "use_traced_step"):  # the talker's steps (later revisions)
+            model.talker.use_traced_step()
         model.prepare_batches(int(args.streams or 1))
         out["trace_s"] = time.perf_counter() - t0
     if args.compile:
@@ -354,7 +356,9 @@ def main() -> None:
     p.add_argument("--batch-quant", default="none", help="weights of the batched runs (none | int8)")
     p.add_argument("--greedy", action="store_true")
     p.add_argument(
-        "--trace", action="store_true", help="time recorded code-predictor steps (VOXCAST_TRACE_STEPS)"
+        "--trace",
+        action="store_true",
+        help="time recorded talker and code-predictor steps (VOXCAST_TRACE_STEPS)",
     )
     p.add_argument(
         "--compile", action="store_true", help="also time compiled static-shape steps (VOXCAST_COMPILE)"
@@ -465,7 +469,7 @@ def main() -> None:
             "codes_identical": same,
             "trace_s": _median(rows["traced"], "trace_s"),
         }
-        print(f"recorded code-predictor steps: {ratio:.2f}x per frame; codes identical: {same}")
+        print(f"recorded talker and code-predictor steps: {ratio:.2f}x per frame; codes identical: {same}")
     if "compiled" in rows:
         ratio = result["variants"]["current"]["frame_ms"] / result["variants"]["compiled"]["frame_ms"]
         comp = {"speedup": ratio, "compile_s": _median(rows["compiled"], "compile_s")}

@@ -76,3 +76,103 @@ def test_engine_records_the_talker_step_with_trace_steps(tiny_model_dir: Any) ->
         assert off.model.talker.traced is None
     finally:
         off.close()
+
+
+def _row_caches(talker: Any, prompts: list[torch.Tensor]) -> list[list[Any]]:
+    caches = []
+    for p in prompts:
+        cache = talker.new_cache(64, reserve=p.shape[1] + 1)  # grows on the way
+        talker(p, cache, 0)
+        caches.append(cache)
+    return caches
+
+
+@pytest.mark.parametrize("quant", ["none", "int8"])
+@pytest.mark.parametrize("batch", [2, 4])
+def test_traced_rows_equal_eager_rows(tiny_model_dir: Any, quant: str, batch: int) -> None:
+    """Batched rows at their own positions, a bucket's size: bitwise the eager batched step."""
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), quant=quant)
+    talker = model.talker
+    rng = torch.Generator().manual_seed(1)
+    hidden = talker.cfg.hidden_size
+    prompts = [torch.randn(1, 3 + 2 * r, hidden, generator=rng) for r in range(batch)]
+    with torch.inference_mode():
+        eager, traced_caches = _row_caches(talker, prompts), _row_caches(talker, prompts)
+        talker.use_traced_step()
+        traced = talker.traced
+        assert traced is not None
+        starts = [p.shape[1] for p in prompts]
+        for _ in range(30):
+            x = torch.randn(batch, 1, hidden, generator=rng)
+            talker.traced = None
+            want = talker.forward_rows(x, eager, starts)
+            talker.traced = traced
+            got = talker.forward_rows(x, traced_caches, starts)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), starts
+            starts = [s + 1 for s in starts]
+        assert traced.row_buckets == [batch]
+        for a, b, end in zip(eager, traced_caches, starts, strict=True):
+            assert a[0].capacity == b[0].capacity > prompts[0].shape[1] + 1  # grew
+            for ca, cb in zip(a, b, strict=True):
+                assert torch.equal(ca.k[:, :, :end], cb.k[:, :, :end])
+                assert torch.equal(ca.v[:, :, :end], cb.v[:, :, :end])
+
+
+def test_traced_rows_fill_a_bucket_with_zero_rows(tiny_model_dir: Any) -> None:
+    """Three rows run in the four-row recording: equal to the eager four-row step with a zero row."""
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), quant="int8")
+    talker = model.talker
+    rng = torch.Generator().manual_seed(2)
+    hidden = talker.cfg.hidden_size
+    prompts = [torch.randn(1, 4 + r, hidden, generator=rng) for r in range(3)]
+    with torch.inference_mode():
+        eager, traced_caches = _row_caches(talker, prompts), _row_caches(talker, prompts)
+        spare = talker.new_cache(1)
+        talker.use_traced_step()
+        traced = talker.traced
+        assert traced is not None
+        starts = [p.shape[1] for p in prompts]
+        for _ in range(6):
+            x = torch.randn(3, 1, hidden, generator=rng)
+            talker.traced = None
+            want = talker.forward_rows(
+                torch.cat((x, x.new_zeros(1, 1, hidden))), [*eager, spare], [*starts, 0]
+            )
+            talker.traced = traced
+            got = talker.forward_rows(x, traced_caches, starts)
+            assert got[0].shape[0] == 3
+            assert torch.equal(got[0], want[0][:3]) and torch.equal(got[1], want[1][:3])
+            assert not want[0][3].any()  # the zero row stays zero
+            starts = [s + 1 for s in starts]
+        assert traced.row_buckets == [4]
+
+
+def test_traced_rows_in_batched_generation(tiny_model_dir: Any) -> None:
+    """Greedy and seeded codes of three streams decoded together: the same with and without recordings."""
+    from voxcast.models.qwen3_tts.generator import step_many
+
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
+    texts = [TEXT, "A second, longer sentence with another length.", "Third."]
+
+    def run(greedy: bool) -> list[list[list[int]]]:
+        gens = [
+            model.new_generator(
+                model.build_prompt(t, speaker="ryan"), SamplingParams(seed=3 + i, greedy=greedy), 10
+            )
+            for i, t in enumerate(texts)
+        ]
+        out: list[list[list[int]]] = [[] for _ in gens]
+        while True:
+            frames = step_many(gens)
+            if all(f is None for f in frames):
+                return out
+            for i, f in enumerate(frames):
+                if f is not None:
+                    out[i].append(f.tolist())
+
+    eager = {g: run(g) for g in (True, False)}
+    model.talker.use_traced_step()
+    model.prepare_batches(4)
+    assert model.talker.traced is not None and model.talker.traced.row_buckets == [2, 4]
+    for greedy in (True, False):
+        assert run(greedy) == eager[greedy]

@@ -91,9 +91,10 @@ class EngineConfig:
             settings (this and ``dtype``) run in float32, with a warning: emulated it is ~70x slower
             (:mod:`voxcast.engine.precision`).
         trace_steps: on a CPU without ``compile``, replay the code predictor's 15 intra-frame forwards
-            and the talker's one-row decode step from ``torch.jit.trace`` recordings (bitwise the same
-            outputs; 1.1x fp32, 1.4x int8 on the code predictor; the talker step 0.67x the time with
-            int8; warm-up records batch sizes 1, 2, 4, ... up to ``max_active``) (``VOXCAST_TRACE_STEPS``, on).
+            and the talker's decode step (one row and batched rows) from ``torch.jit.trace`` recordings
+            (bitwise the same outputs; 1.1x fp32, 1.4x int8 on the code predictor; the talker step
+            0.66x the time with int8, one row or batched; warm-up records batch sizes 1, 2, 4, ... up
+            to ``max_active``, ~4-9 s per batched talker size on 2 cores) (``VOXCAST_TRACE_STEPS``, on).
         prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
             positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
             prefill at once). A lone request always gets the one-pass prefill.

@@ -181,9 +181,9 @@ class Qwen3TTS:
             compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
             codec_dtype: the audio decoder's dtype (default ``dtype``); bfloat16 decodes 2.3-2.7x
                 faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
-            trace_steps: replay the code predictor's intra-frame forwards and the talker's one-row
-                decode step from recordings (:mod:`.cp_trace`, :mod:`.talker_trace`; bitwise the
-                same outputs, less Python per step).
+            trace_steps: replay the code predictor's intra-frame forwards and the talker's decode
+                step (one row and batched rows) from recordings (:mod:`.cp_trace`,
+                :mod:`.talker_trace`; bitwise the same outputs, less Python per step).
             onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
                 PyTorch's BLAS (False), or whichever measures faster at load (None;
                 :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
@@ -292,14 +292,14 @@ class Qwen3TTS:
     # ------------------------------------------------------------------ generation
 
     def prepare_batches(self, max_batch: int) -> None:
-        """Record the talker's one-row step and the code predictor's steps for every batch size up to
-        ``max_batch`` (if traced)."""
+        """Record the talker's and the code predictor's steps for every batch size up to ``max_batch``
+        (if traced)."""
         traced = self.talker.code_predictor.traced
         if traced is not None:
             with torch.inference_mode():
                 traced.prepare_upto(max_batch)
         if self.talker.traced is not None:
-            self.talker.traced.prepare()
+            self.talker.traced.prepare_upto(max_batch)
 
     def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
         """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random).

@@ -330,7 +330,8 @@ class Talker(nn.Module):
         self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
         #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :meth:`use_static_decode`.
         self.static: StaticDecode | None = None
-        #: The recorded one-row decode step (VOXCAST_TRACE_STEPS), set by :meth:`use_traced_step`.
+        #: The recorded decode steps, one row and batched rows (VOXCAST_TRACE_STEPS), set by
+        #: :meth:`use_traced_step`.
         self.traced: TracedTalkerStep | None = None
 
     def text_embed(self, ids: Tensor) -> Tensor:
@@ -407,7 +408,8 @@ class Talker(nn.Module):
         return cos[start : start + n][None, None], sin[start : start + n][None, None]
 
     def use_traced_step(self, enabled: bool = True) -> None:
-        """Replay the one-row decode step from a recording (:mod:`.talker_trace`; bitwise the same)."""
+        """Replay the decode step (one row and batched rows) from recordings (:mod:`.talker_trace`;
+        bitwise the same as the eager step at the same batch size)."""
         from voxcast.models.qwen3_tts.talker_trace import TracedTalkerStep
 
         self.traced = TracedTalkerStep(self) if enabled else None
@@ -427,15 +429,31 @@ class Talker(nn.Module):
             single-row :meth:`forward` in the last bits (a matmul over B rows accumulates in another
             order than a matrix-vector product).
         """
-        cos_t, sin_t = self._rope(max(starts) + 1, embeds)
-        idx = torch.tensor(starts, device=embeds.device)
-        cos, sin = cos_t[idx][:, None, None], sin_t[idx][:, None, None]  # [B, 1, 1, D]
+        if self.traced is not None:
+            return self.traced.rows(embeds, caches, starts)
+        cos, sin = self.rope_rows(starts, embeds)
+        return self.run_rows(embeds, cos, sin, caches, starts)
+
+    def run_rows(
+        self, embeds: Tensor, cos: Tensor, sin: Tensor, caches: list[list[KVCache]], starts: list[int]
+    ) -> tuple[Tensor, Tensor]:
+        """The decoder layers, final norm and ``codec_head`` of :meth:`forward_rows`.
+
+        ``cos``/``sin``: :meth:`rope_rows`. The ``starts`` may be 0-dim tensors while tracing
+        (:mod:`.talker_trace`).
+        """
         h = embeds
         for i, layer in enumerate(self.model.layers):
             assert isinstance(layer, DecoderLayer)
             h = layer.forward_rows(h, cos, sin, [c[i] for c in caches], starts)
         h = self.model.norm(h)
         return h, self.codec_head(h)
+
+    def rope_rows(self, starts: list[int], like: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin ``[B, 1, 1, D]`` of one position per row (``starts``)."""
+        cos_t, sin_t = self._rope(max(starts) + 1, like)
+        idx = torch.tensor(starts, device=like.device)
+        return cos_t[idx][:, None, None], sin_t[idx][:, None, None]
 
     def _rope(self, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
         # cos/sin tables [P, D] for positions 0..P-1 (P >= length), computed in one call: the
