@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-_PLUGINS = ["tests.fixtures.models", "tests.fixtures.redis", "tests.fixtures.s3"]
+_PLUGINS = ["tests.fixtures.models", "tests.fixtures.engines", "tests.fixtures.redis", "tests.fixtures.s3"]
 pytest_plugins = [p for p in _PLUGINS if importlib.util.find_spec(p) is not None]
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))

@@ -4,16 +4,15 @@ speakers' at warm-up), so its first request is already a prefix-cache hit."""
 from __future__ import annotations
 
 import base64
-import io
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
 
+from tests.fixtures.engines import reference_wav
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import _reference_audio
@@ -28,16 +27,12 @@ REQUEST = {"text": "Hello there, this is a test.", "max_frames": 5, "greedy": Tr
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: Factory) -> Iterator[Engine]:
-    eng = Engine.load(EngineConfig(model=str(tiny_model_dir("base")), device="cpu", warmup=False))
-    yield eng
-    eng.close()
+def engine(base_engine: Engine) -> Engine:
+    return base_engine
 
 
 def _wav(engine: Engine, seconds: float) -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, _reference_audio(engine.sample_rate, seconds=seconds), engine.sample_rate, format="WAV")
-    return buf.getvalue()
+    return reference_wav(engine.sample_rate, seconds)
 
 
 def _run(engine: Engine, voice: Any, **extra: Any) -> tuple[np.ndarray, Any]:

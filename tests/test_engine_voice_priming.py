@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
 
-from voxcast.config import EngineConfig
+from tests.fixtures.engines import reference_wav
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import _reference_audio
 from voxcast.models.qwen3_tts.model import Qwen3TTS
@@ -25,16 +23,12 @@ REF_TEXT = "This is a reference recording."
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: Factory) -> Iterator[Engine]:
-    eng = Engine.load(EngineConfig(model=str(tiny_model_dir("base")), device="cpu", warmup=False))
-    yield eng
-    eng.close()
+def engine(base_engine: Engine) -> Engine:
+    return base_engine
 
 
 def _wav(engine: Engine, seconds: float) -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, _reference_audio(engine.sample_rate, seconds=seconds), engine.sample_rate, format="WAV")
-    return buf.getvalue()
+    return reference_wav(engine.sample_rate, seconds)
 
 
 class _PrimeSpy:

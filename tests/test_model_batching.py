@@ -49,7 +49,7 @@ def _sequential(gens: list[FrameGenerator]) -> list[list[list[int]]]:
     return out
 
 
-def _batched(gens: list[FrameGenerator]) -> list[list[list[int]]]:
+def batched_codes(gens: list[FrameGenerator]) -> list[list[list[int]]]:
     out: list[list[list[int]]] = [[] for _ in gens]
     while True:
         frames = step_many(gens)
@@ -62,14 +62,14 @@ def _batched(gens: list[FrameGenerator]) -> list[list[list[int]]]:
 
 def test_single_row_is_exactly_step(model: Qwen3TTS) -> None:
     a = _sequential(_gens(model, False, [10, 10, 10])[:1])
-    b = _batched(_gens(model, False, [10, 10, 10])[:1])
+    b = batched_codes(_gens(model, False, [10, 10, 10])[:1])
     assert a == b
 
 
 def test_greedy_batched_equals_sequential_with_rows_leaving(model: Qwen3TTS) -> None:
     limits = [12, 5, 9]  # rows leave at different frames; the others continue undisturbed
     seq = _sequential(_gens(model, True, limits))
-    bat = _batched(_gens(model, True, limits))
+    bat = batched_codes(_gens(model, True, limits))
     assert [len(x) for x in bat] == limits
     assert bat == seq
 
@@ -88,8 +88,8 @@ def test_late_joiner_prefills_alone_then_joins(model: Qwen3TTS) -> None:
 
 def test_seeded_batched_is_reproducible_and_agrees(model: Qwen3TTS) -> None:
     limits = [16, 16, 16]
-    a = _batched(_gens(model, False, limits))
-    assert a == _batched(_gens(model, False, limits))
+    a = batched_codes(_gens(model, False, limits))
+    assert a == batched_codes(_gens(model, False, limits))
     seq = _sequential(_gens(model, False, limits))
     flat = [
         x == y
@@ -102,7 +102,7 @@ def test_seeded_batched_is_reproducible_and_agrees(model: Qwen3TTS) -> None:
 
 def test_timing_is_attributed_to_every_row(model: Qwen3TTS) -> None:
     gens = _gens(model, True, [4, 4, 4])
-    _batched(gens)
+    batched_codes(gens)
     for g in gens:
         assert g.frames == 4 and g.talker_s > 0 and g.code_predictor_s > 0
     assert torch.is_grad_enabled()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.test_model_batching import batched_codes
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SamplingParams
@@ -149,8 +150,6 @@ def test_traced_rows_fill_a_bucket_with_zero_rows(tiny_model_dir: Any) -> None:
 
 def test_traced_rows_in_batched_generation(tiny_model_dir: Any) -> None:
     """Greedy and seeded codes of three streams decoded together: the same with and without recordings."""
-    from voxcast.models.qwen3_tts.generator import step_many
-
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
     texts = [TEXT, "A second, longer sentence with another length.", "Third."]
 
@@ -161,14 +160,7 @@ def test_traced_rows_in_batched_generation(tiny_model_dir: Any) -> None:
             )
             for i, t in enumerate(texts)
         ]
-        out: list[list[list[int]]] = [[] for _ in gens]
-        while True:
-            frames = step_many(gens)
-            if all(f is None for f in frames):
-                return out
-            for i, f in enumerate(frames):
-                if f is not None:
-                    out[i].append(f.tolist())
+        return batched_codes(gens)
 
     eager = {g: run(g) for g in (True, False)}
     model.talker.use_traced_step()
