@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.test_model_batching import _batched
+from tests.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -25,7 +25,7 @@ def _run(model: Qwen3TTS, greedy: bool, frames: int = 8) -> list[list[list[int]]
         )
         for i, t in enumerate(TEXTS)
     ]
-    return _batched(gens)
+    return batched_codes(gens)
 
 
 @pytest.mark.parametrize("quant", ["none", "int8"])

@@ -220,7 +220,7 @@ def test_lru_bound_evicts(models: dict[str, Qwen3TTS]) -> None:
     assert len(m.prefix_kv) == 0
 
 
-def _batched(
+def batched_codes(
     model: Qwen3TTS, prompts: list[Prompt], limits: list[int]
 ) -> tuple[list[Any], list[FrameGenerator]]:
     gens = [
@@ -247,9 +247,9 @@ def test_step_many_mixes_hits_and_misses(models: dict[str, Qwen3TTS]) -> None:
         return [m.build_prompt(t, speaker=s) for t, s in zip(texts, speakers, strict=True)]
 
     m.prefix_cache_enabled = False
-    want, _ = _batched(m, prompts(), limits)
+    want, _ = batched_codes(m, prompts(), limits)
     m.prefix_cache_enabled = True
     m.new_generator(m.build_prompt("Priming.", speaker="ryan"), SamplingParams(greedy=True), 1).prefill()
-    got, gens = _batched(m, prompts(), limits)
+    got, gens = batched_codes(m, prompts(), limits)
     assert [g.prefix_hit for g in gens] == [True, False, True, False]
     assert got == want and len(want) > 3

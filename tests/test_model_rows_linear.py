@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.test_model_batching import SPEAKERS, TEXTS, _batched, _sequential
+from tests.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 from voxcast.models.qwen3_tts.rows_linear import (
@@ -70,7 +70,7 @@ def test_batched_greedy_on_onednn_equals_sequential(tiny_model_dir: Any, trace_s
     assert fast.onednn_rows and not plain.onednn_rows and fast.rows_kernel is None
     limits = [9, 5, 7]
     with torch.inference_mode():
-        assert _batched(_gens(fast, limits)) == _sequential(_gens(plain, limits))
+        assert batched_codes(_gens(fast, limits)) == _sequential(_gens(plain, limits))
 
 
 def test_measured_at_load_only_where_it_applies(tiny_model_dir: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.test_model_batching import _batched
+from tests.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.graphs import bucket
 from voxcast.models.qwen3_tts.model import Qwen3TTS
@@ -81,7 +81,7 @@ def test_static_path_in_batched_steps(checkpoint: str) -> None:
         model.new_generator(model.build_prompt(TEXT, speaker=s), SamplingParams(greedy=True), 8)
         for s in ("ryan", "vivian")
     ]
-    batched = _batched(gens)
+    batched = batched_codes(gens)
     eager = Qwen3TTS.from_pretrained(checkpoint)
     assert batched == [_codes(eager, frames=8, speaker=s) for s in ("ryan", "vivian")]
 
