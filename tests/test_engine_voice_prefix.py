@@ -4,7 +4,6 @@ speakers' at warm-up), so its first request is already a prefix-cache hit."""
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.engines import reference_wav
+from tests.fixtures.engines import audio_while_priming, reference_wav
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import _reference_audio
@@ -107,12 +106,7 @@ def test_filling_prefixes_from_many_threads_while_streams_run(engine: Engine) ->
     engine.model.prefix_kv.clear()
     fresh = [VoicePrompt.from_bytes(v.to_bytes(), expected_identity=engine.identity) for v in voices]
     streams = [engine.synthesize(REQUEST, v) for v in voices]
-    threads = [threading.Thread(target=engine.prime_voice, args=(v,)) for v in fresh]
-    for t in threads:
-        t.start()
-    got = [np.concatenate([c.pcm for c in s]) for s in streams]
-    for t in threads:
-        t.join()
+    got = audio_while_priming(engine, streams, fresh)
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a, b)
     for v in fresh:  # every fill landed (or found the prefix a stream stored first)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.fixtures.engines import reference_wav
+from tests.fixtures.engines import audio_while_priming, reference_wav
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import _reference_audio
 from voxcast.models.qwen3_tts.model import Qwen3TTS
@@ -88,12 +88,7 @@ def test_priming_from_many_threads_while_streams_run(engine: Engine) -> None:
     expected = [_audio(engine, v) for v in voices]
     fresh = [VoicePrompt.from_bytes(v.to_bytes(), expected_identity=engine.identity) for v in voices]
     streams = [engine.synthesize({"text": "Hello there.", "max_frames": 6, "seed": 3}, v) for v in fresh]
-    threads = [threading.Thread(target=engine.prime_voice, args=(v,)) for v in fresh]
-    for t in threads:
-        t.start()
-    got = [np.concatenate([c.pcm for c in s]) for s in streams]
-    for t in threads:
-        t.join()
+    got = audio_while_priming(engine, streams, fresh)
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a, b)
 
