@@ -4,8 +4,9 @@ Each measurement runs in its own subprocess (``--worker``) so that a baseline re
 (``--baseline REV``: ``src/`` of that git revision, extracted to a temporary folder) and the working
 tree can be timed in the same run, interleaved rep by rep (the machine is shared: absolute numbers are
 noisy, ratios less so). Also prints the bytes of weights read per frame divided by the frame time next
-to the matrix-vector bandwidth of this machine (a float32 Linear 2048->8192 at M=1, in a loop: one
-matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM does), and
+to the matrix-vector bandwidth of this machine (a float32 2048->8192 product of one row, in a loop:
+one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM does; the faster of
+``F.linear`` and the model's blocks-in-one-bmm kernel) and the plain read bandwidth, and
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
@@ -159,6 +160,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     out["onednn_rows"] = getattr(model, "onednn_rows", None)
     out["rows_kernel"] = getattr(model, "rows_kernel", None)
+    out["row_parts"] = getattr(model, "row_parts", None)
+    out["row_kernel"] = getattr(model, "row_kernel", None)
     prompt = _prompt(model)
     if args.trace:
         t0 = time.perf_counter()
@@ -236,29 +239,45 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> float:
-    """Matrix-vector bandwidth in GB/s: float32 Linear 2048->8192 (64 MiB) at M=1.
+def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str, float]:
+    """Bandwidths in GB/s over float32 2048->8192 weights (64 MiB each), one row at a time.
 
+    ``linear``: ``F.linear`` at M=1 (MKL's matrix-vector product: one thread whatever the pool);
+    ``blocks``: the same product as one block of outputs per thread in one bmm (the kernel the model
+    uses for one row where it is faster, :func:`voxcast.models.qwen3_tts.rows_linear.split_row_linear`);
+    ``read``: a plain read of the same weights (``Tensor.sum``), what the memory gives at all.
     ``matrices`` > 1 cycles through that many distinct weights, so that the working set outgrows
     the last-level cache the way a frame's 6.6 GB of weights do: one 64 MiB matrix stays in a large
     L3 (105-260 MB on this project's Intel machines) and measures the cache, not DRAM.
     """
     import torch
+    import torch.nn.functional as F
+
+    from voxcast.models.qwen3_tts.rows_linear import split_row_linear
 
     if threads:
         torch.set_num_threads(threads)
-    lins = [torch.nn.Linear(2048, 8192, bias=False) for _ in range(matrices)]
+    parts = max(2, torch.get_num_threads())
+    weights = [torch.randn(8192, 2048) for _ in range(matrices)]
     x = torch.randn(1, 2048)
+    kernels = {
+        "linear": lambda w: F.linear(x, w),
+        "blocks": lambda w: split_row_linear(x, w, None, parts),
+        "read": lambda w: w.sum(),
+    }
+    out = {}
     with torch.inference_mode():
-        for lin in lins:
-            lin(x)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            for lin in lins:
-                lin(x)
-            n += 1
-        dt = (time.perf_counter() - t0) / (n * matrices)
-    return lins[0].weight.numel() * 4 / dt / 1e9
+        for name, fn in kernels.items():
+            for w in weights:
+                fn(w)
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / len(kernels):
+                for w in weights:
+                    fn(w)
+                n += 1
+            dt = (time.perf_counter() - t0) / (n * matrices)
+            out[name] = weights[0].numel() * 4 / dt / 1e9
+    return out
 
 
 # ---------------------------------------------------------------------------------------- driver
@@ -406,17 +425,24 @@ def main() -> None:
             r = _run(src, model, args, quant=quant, ref_codes=ref, compile=name == "compiled", trace=trace)
             rows[name].append(r)
             print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
-    gbps, dram = statistics.median(bw), statistics.median(bw_dram)
+    one = {k: statistics.median(b[k] for b in bw) for k in bw[0]}
+    many = {k: statistics.median(b[k] for b in bw_dram) for k in bw_dram[0]}
+    # The matrix-vector figure is the faster of the two kernels (the one the model uses).
+    gbps, dram = max(one["linear"], one["blocks"]), max(many["linear"], many["blocks"])
     result: dict[str, Any] = {
         "size": args.size,
         "frames": args.frames,
         "bandwidth_gbps": gbps,
         "bandwidth_dram_gbps": dram,
+        "bandwidth_one_matrix": one,
+        "bandwidth_dram": many,
         "variants": {},
     }
     print(
-        f"\nmatrix-vector bandwidth (Linear 2048->8192, M=1): {gbps:.2f} GB/s one 64 MiB matrix, "
-        f"{dram:.2f} GB/s cycling {_DRAM_MATRICES} ({_DRAM_MATRICES * 64} MiB, beyond the cache)"
+        f"\nmatrix-vector bandwidth (2048->8192, one row): {gbps:.2f} GB/s one 64 MiB matrix, "
+        f"{dram:.2f} GB/s cycling {_DRAM_MATRICES} ({_DRAM_MATRICES * 64} MiB, beyond the cache); "
+        f"from DRAM: F.linear {many['linear']:.2f}, blocks in one bmm {many['blocks']:.2f}, "
+        f"plain read (Tensor.sum) {many['read']:.2f} GB/s"
     )
     for name, rs in rows.items():
         wb = rs[0]["weight_bytes_per_frame"]
@@ -430,6 +456,7 @@ def main() -> None:
             "effective_gbps": eff,
             "bandwidth_limit_ms": wb / (gbps * 1e9) * 1000,
             "bandwidth_limit_dram_ms": wb / (dram * 1e9) * 1000,
+            "read_limit_ms": wb / (many["read"] * 1e9) * 1000,
             "runs": [{k: v for k, v in r.items() if k != "codes"} for r in rs],
         }
         result["variants"][name] = summary
@@ -437,7 +464,8 @@ def main() -> None:
             f"{name:9s} frame {fm:8.2f} ms (talker {summary['talker_ms']:.2f}, code predictor "
             f"{summary['code_predictor_ms']:.2f}); weights {wb / 1e6:.1f} MB/frame -> {eff:.2f} GB/s "
             f"(limit {summary['bandwidth_limit_ms']:.1f} ms/frame; "
-            f"{summary['bandwidth_limit_dram_ms']:.1f} at the DRAM figure)"
+            f"{summary['bandwidth_limit_dram_ms']:.1f} at the DRAM figure, "
+            f"{summary['read_limit_ms']:.1f} at the plain read)"
         )
     if "baseline" in rows:
         ratio = result["variants"]["baseline"]["frame_ms"] / result["variants"]["current"]["frame_ms"]

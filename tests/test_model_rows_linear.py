@@ -53,10 +53,12 @@ def test_calibration_reports_both_timings() -> None:
     assert out["aten_ms"] > 0 and out["onednn_ms"] > 0 and isinstance(out["onednn"], bool)
 
 
-def _gens(model: Qwen3TTS, limits: list[int]) -> list[Any]:
+def _gens(model: Qwen3TTS, limits: list[int], params: SamplingParams | None = None) -> list[Any]:
+    """Generators for the test texts and speakers: greedy, or ``params`` with seeds 30, 31, ..."""
+    base = params or SamplingParams(greedy=True)
     return [
         model.new_generator(
-            model.build_prompt(t, speaker=s), SamplingParams(seed=30 + i, greedy=True), limits[i]
+            model.build_prompt(t, speaker=s), base.model_copy(update={"seed": 30 + i}), limits[i]
         )
         for i, (t, s) in enumerate(zip(TEXTS, SPEAKERS, strict=True))
     ]

@@ -28,6 +28,8 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
         "quant": getattr(model, "quant", None),
         "onednn_rows": getattr(model, "onednn_rows", None),
         "rows_kernel": getattr(model, "rows_kernel", None),
+        "row_parts": getattr(model, "row_parts", None),
+        "row_kernel": getattr(model, "row_kernel", None),
         "codec_small_gemm": getattr(decoder, "small_gemm", None),
         "decode_thread": engine.decode_threaded,
         "decode_calibration": engine.decode_calibration,

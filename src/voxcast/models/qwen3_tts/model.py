@@ -40,7 +40,13 @@ from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
-from voxcast.models.qwen3_tts.rows_linear import onednn_available, onednn_rows_faster, use_onednn_rows
+from voxcast.models.qwen3_tts.rows_linear import (
+    onednn_available,
+    onednn_rows_faster,
+    split_rows_faster,
+    use_onednn_rows,
+    use_split_rows,
+)
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.talker import MLP
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
@@ -97,6 +103,7 @@ class Qwen3TTS:
         compile: bool = False,
         trace_steps: bool = False,
         onednn_rows: bool | None = None,
+        row_parts: int | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -115,6 +122,10 @@ class Qwen3TTS:
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         self.onednn_rows = self._choose_rows_kernel(onednn_rows, device, dtype, quant, compile)
+        #: One decode row in blocks of outputs (:func:`.rows_linear.split_row_linear`): the
+        #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
+        self.row_kernel: dict[str, object] | None = None
+        self.row_parts = self._choose_row_parts(row_parts, device, dtype, quant, compile)
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         elif trace_steps:  # recorded by prepare_batches or on first use
@@ -153,6 +164,24 @@ class Qwen3TTS:
         use_onednn_rows(self.talker, onednn_rows)
         return onednn_rows
 
+    def _choose_row_parts(
+        self, row_parts: int | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
+    ) -> int:
+        """Blocks for one float32 CPU decode row (:mod:`.rows_linear`); None = the intra-op threads, if faster."""
+        if device.type != "cpu" or dtype != torch.float32 or quant != "none" or compile:
+            return 1
+        if row_parts is None:
+            threads = torch.get_num_threads()
+            if threads < 2:
+                return 1
+            mlp = self.talker.model.layers[0].mlp
+            assert isinstance(mlp, MLP)
+            weight = mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+            self.row_kernel = split_rows_faster(weight, threads)
+            row_parts = int(self.row_kernel["parts"])  # type: ignore[call-overload]
+        use_split_rows(self.talker, max(1, row_parts))
+        return max(1, row_parts)
+
     @classmethod
     def from_pretrained(
         cls,
@@ -167,6 +196,7 @@ class Qwen3TTS:
         codec_dtype: torch.dtype | None = None,
         trace_steps: bool = False,
         onednn_rows: bool | None = None,
+        row_parts: int | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -187,6 +217,10 @@ class Qwen3TTS:
             onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
                 PyTorch's BLAS (False), or whichever measures faster at load (None;
                 :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
+            row_parts: float32 on the CPU: compute one decode row's Linears as this many blocks of
+                outputs in one bmm (bitwise the same values, one block per thread; 1 = plain
+                ``F.linear``), or, with None, as many blocks as intra-op threads where that
+                measures faster at load (:func:`.rows_linear.split_rows_faster`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -219,6 +253,7 @@ class Qwen3TTS:
             compile=compile,
             trace_steps=trace_steps,
             onednn_rows=onednn_rows,
+            row_parts=row_parts,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -14,6 +14,15 @@ are rerouted: a single stream and every prefill keep PyTorch's own kernel and so
 to the official implementation; a batched step equals the single-row one to float rounding, as a
 multi-row BLAS call already does. Whether oneDNN is faster depends on the CPU and the BLAS, so the
 model measures both on its own weight at load (:func:`onednn_rows_faster`).
+
+A single row (one stream's decode step) has a kernel of its own: :func:`split_row_linear`. MKL's
+float32 matrix-vector product runs on one thread whatever the pool size, so it reads weights at one
+core's speed: measured on an AMD Zen 5 (2 cores), ``F.linear`` of one row streamed 19-24 GB/s with
+1 or 2 threads while a plain read of the same memory (``Tensor.sum``) ran at 75 GB/s on 2 threads.
+Cutting the weight into ``parts`` blocks of outputs and computing them as one ``bmm`` (PyTorch
+spreads a batch over its threads) gives each thread its block: 35-45 GB/s, and bitwise the same
+values, since each output is still the same dot product computed by the same BLAS kernel (tests).
+Whether it is faster is measured at load (:func:`split_rows_faster`).
 """
 
 from __future__ import annotations
@@ -35,8 +44,11 @@ __all__ = [
     "onednn_rows_faster",
     "rows_linear",
     "set_flags",
+    "split_row_linear",
+    "split_rows_faster",
     "time_both",
     "use_onednn_rows",
+    "use_split_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,11 +59,54 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool) -> Tensor:
-    """``F.linear(x, weight, bias)``; with ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN."""
+def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool, parts: int = 1) -> Tensor:
+    """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
+
+    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN; with ``parts > 1``, a
+    single row of a float32 CPU Linear runs as :func:`split_row_linear` (bitwise the same).
+    """
     if onednn and x.shape[0] > 1:
         return onednn_linear(x, weight, bias)
+    if parts > 1 and _splittable(x, weight, parts):
+        return split_row_linear(x, weight, bias, parts)
     return F.linear(x, weight, bias)
+
+
+#: Smallest block (outputs, and outputs x inputs) :func:`rows_linear` splits a row into. Below
+#: ~400 elements PyTorch's bmm takes a plain loop of its own, and MKL treats matrices of 2 outputs
+#: differently: both round differently from ``F.linear`` (measured: every block of fewer than 4
+#: outputs or 400 elements differed, none larger did). A decode step's blocks are 10^5-10^6.
+_MIN_BLOCK_OUT, _MIN_BLOCK = 16, 1024
+
+
+def _splittable(x: Tensor, weight: Tensor, parts: int) -> bool:
+    rows = 1
+    for d in x.shape[:-1]:
+        rows *= int(d)
+    n, k = weight.shape if weight.dim() == 2 else (0, 0)
+    return (
+        rows == 1
+        and weight.dtype == torch.float32
+        and weight.device.type == "cpu"
+        and n % parts == 0
+        and n // parts >= _MIN_BLOCK_OUT
+        and n // parts * k >= _MIN_BLOCK
+        and weight.is_contiguous()
+    )
+
+
+def split_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None, parts: int) -> Tensor:
+    """``F.linear`` of one row x [..., K] (one row in all) as ``parts`` blocks of outputs in one ``bmm``.
+
+    ``weight`` [N, K] (contiguous, N a multiple of ``parts``) is viewed, not copied, as
+    ``[parts, N / parts, K]``; the bmm runs the blocks on the intra-op threads, each with the BLAS
+    matrix-vector kernel ``F.linear`` uses, so every output is bitwise the same (with a bias too:
+    it is added after the dot product either way; tests).
+    """
+    n, k = weight.shape
+    blocks = weight.view(parts, n // parts, k).transpose(1, 2)
+    y = torch.bmm(x.reshape(1, 1, k).expand(parts, 1, k), blocks).view(*x.shape[:-1], n)
+    return y if bias is None else y + bias
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -63,15 +118,19 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) that honours :func:`use_onednn_rows`."""
+    """``nn.Linear`` (same parameters and state-dict keys) with this module's kernel flags.
+
+    ``onednn_rows`` (:func:`use_onednn_rows`) and ``row_parts`` (:func:`use_split_rows`).
+    """
 
     onednn_rows = False
+    row_parts = 1
 
     def forward(self, x: Tensor) -> Tensor:
-        return rows_linear(x, self.weight, self.bias, self.onednn_rows)
+        return rows_linear(x, self.weight, self.bias, self.onednn_rows, self.row_parts)
 
 
-def set_flags(module: nn.Module, name: str, on: bool) -> int:
+def set_flags(module: nn.Module, name: str, on: bool | int) -> int:
     """Set the kernel flag ``name`` on every submodule that has it; returns how many."""
     n = 0
     for m in module.modules():
@@ -84,6 +143,11 @@ def set_flags(module: nn.Module, name: str, on: bool) -> int:
 def use_onednn_rows(module: nn.Module, on: bool) -> int:
     """Set ``onednn_rows`` on every submodule that has it (Linears, fused projections); returns how many."""
     return set_flags(module, "onednn_rows", on)
+
+
+def use_split_rows(module: nn.Module, parts: int) -> int:
+    """Set ``row_parts`` on every submodule that has it (1 = ``F.linear``); returns how many."""
+    return set_flags(module, "row_parts", parts)
 
 
 def onednn_gemm(w: Tensor, b: Tensor | None, x: Tensor) -> Tensor:
@@ -137,3 +201,29 @@ def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str
         lambda: rows_linear(x, weight, None, True),
         reps,
     )
+
+
+def split_rows_faster(weight: Tensor, parts: int, reps: int = 8, margin: float = 0.9) -> dict[str, object]:
+    """Time one row through ``weight`` [N, K] with ``F.linear`` and with :func:`split_row_linear`.
+
+    The weight should be one a decode step really reads (larger than the caches). Returns
+    ``{"linear_ms", "split_ms", "bitwise", "parts"}``: ``parts`` is the given count where the split
+    gave bitwise ``F.linear``'s values on this weight and took at most ``margin`` of its time, else 1.
+    """
+    x = torch.randn(1, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    with torch.inference_mode():
+        bitwise = _splittable(x, weight, parts) and torch.equal(
+            F.linear(x, weight), split_row_linear(x, weight, None, parts)
+        )
+    linear_ms, split_ms = time_both(
+        lambda: F.linear(x, weight), lambda: split_row_linear(x, weight, None, parts), reps
+    )
+    chosen = parts if bitwise and split_ms <= margin * linear_ms else 1
+    logger.info(
+        "one decode row: %.2f ms in F.linear, %.2f ms as %d blocks in one bmm: using %s",
+        linear_ms,
+        split_ms,
+        parts,
+        f"{parts} blocks" if chosen > 1 else "F.linear",
+    )
+    return {"linear_ms": linear_ms, "split_ms": split_ms, "bitwise": bitwise, "parts": chosen}

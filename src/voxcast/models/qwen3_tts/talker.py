@@ -105,6 +105,7 @@ class Attention(nn.Module):
     """Grouped-query attention with per-head q/k RMSNorm (Qwen3)."""
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
+    row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool) -> None:
         super().__init__()
@@ -133,7 +134,7 @@ class Attention(nn.Module):
         elif self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         else:
-            qkv = rows_linear(x, *self._qkv, self.onednn_rows)
+            qkv = rows_linear(x, *self._qkv, self.onednn_rows, self.row_parts)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
@@ -214,6 +215,7 @@ class MLP(nn.Module):
     """SwiGLU feed-forward."""
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
+    row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
@@ -233,7 +235,7 @@ class MLP(nn.Module):
         elif self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         else:
-            gate, up = rows_linear(x, *self._gate_up, self.onednn_rows).chunk(2, dim=-1)
+            gate, up = rows_linear(x, *self._gate_up, self.onednn_rows, self.row_parts).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
