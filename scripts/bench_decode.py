@@ -244,7 +244,7 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
 
     ``linear``: ``F.linear`` at M=1 (MKL's matrix-vector product: one thread whatever the pool);
     ``blocks``: the same product as one block of outputs per thread in one bmm (the kernel the model
-    uses for one row where it is faster, :func:`voxcast.models.qwen3_tts.rows_linear.split_row_linear`);
+    uses for one row where it is faster, :func:`voxcast.models.qwen3_tts.rows_linear.split_linear`);
     ``read``: a plain read of the same weights (``Tensor.sum``), what the memory gives at all.
     ``matrices`` > 1 cycles through that many distinct weights, so that the working set outgrows
     the last-level cache the way a frame's 6.6 GB of weights do: one 64 MiB matrix stays in a large
@@ -253,7 +253,7 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
     import torch
     import torch.nn.functional as F
 
-    from voxcast.models.qwen3_tts.rows_linear import split_row_linear
+    from voxcast.models.qwen3_tts.rows_linear import split_linear
 
     if threads:
         torch.set_num_threads(threads)
@@ -262,7 +262,7 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
     x = torch.randn(1, 2048)
     kernels = {
         "linear": lambda w: F.linear(x, w),
-        "blocks": lambda w: split_row_linear(x, w, None, parts),
+        "blocks": lambda w: split_linear(x, w, None, parts),
         "read": lambda w: w.sum(),
     }
     out = {}

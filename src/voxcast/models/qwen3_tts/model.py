@@ -122,7 +122,7 @@ class Qwen3TTS:
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         self.onednn_rows = self._choose_rows_kernel(onednn_rows, device, dtype, quant, compile)
-        #: One decode row in blocks of outputs (:func:`.rows_linear.split_row_linear`): the
+        #: Decode rows in blocks of outputs (:func:`.rows_linear.split_linear`): the
         #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
         self.row_kernel: dict[str, object] | None = None
         self.row_parts = self._choose_row_parts(row_parts, device, dtype, quant, compile)
@@ -167,7 +167,7 @@ class Qwen3TTS:
     def _choose_row_parts(
         self, row_parts: int | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
     ) -> int:
-        """Blocks for one float32 CPU decode row (:mod:`.rows_linear`); None = the intra-op threads, if faster."""
+        """Blocks for float32 CPU decode rows (:mod:`.rows_linear`); None = the intra-op threads, if faster."""
         if device.type != "cpu" or dtype != torch.float32 or quant != "none" or compile:
             return 1
         if row_parts is None:
@@ -217,10 +217,11 @@ class Qwen3TTS:
             onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
                 PyTorch's BLAS (False), or whichever measures faster at load (None;
                 :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
-            row_parts: float32 on the CPU: compute one decode row's Linears as this many blocks of
-                outputs in one bmm (bitwise the same values, one block per thread; 1 = plain
-                ``F.linear``), or, with None, as many blocks as intra-op threads where that
-                measures faster at load (:func:`.rows_linear.split_rows_faster`).
+            row_parts: float32 on the CPU: compute the Linears of one to three rows (a decode
+                step, the code predictor's first step) as this many blocks of outputs in one bmm
+                (bitwise the same values, one block per thread; 1 = plain ``F.linear``), or, with
+                None, as many blocks as intra-op threads where that measures faster at load
+                (:func:`.rows_linear.split_rows_faster`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.

@@ -15,14 +15,16 @@ to the official implementation; a batched step equals the single-row one to floa
 multi-row BLAS call already does. Whether oneDNN is faster depends on the CPU and the BLAS, so the
 model measures both on its own weight at load (:func:`onednn_rows_faster`).
 
-A single row (one stream's decode step) has a kernel of its own: :func:`split_row_linear`. MKL's
-float32 matrix-vector product runs on one thread whatever the pool size, so it reads weights at one
-core's speed: measured on an AMD Zen 5 (2 cores), ``F.linear`` of one row streamed 19-24 GB/s with
-1 or 2 threads while a plain read of the same memory (``Tensor.sum``) ran at 75 GB/s on 2 threads.
+One to three rows (one stream's decode step; the code predictor's first step per frame, two
+positions) have a kernel of their own: :func:`split_linear`. MKL's float32 product of so few rows
+runs on one thread whatever the pool size, so it reads weights at one core's speed: measured on an
+AMD Zen 5 (2 cores), ``F.linear`` of one row streamed 19-24 GB/s with 1 or 2 threads, two rows
+9-16 GB/s, while a plain read of the same memory (``Tensor.sum``) ran at 75 GB/s on 2 threads.
 Cutting the weight into ``parts`` blocks of outputs and computing them as one ``bmm`` (PyTorch
-spreads a batch over its threads) gives each thread its block: 35-45 GB/s, and bitwise the same
-values, since each output is still the same dot product computed by the same BLAS kernel (tests).
-Whether it is faster is measured at load (:func:`split_rows_faster`).
+spreads a batch over its threads) gives each thread its block: 35-45 GB/s for one row, 2.2x for
+two, and bitwise the same values, since each output is still the same dot product computed by the
+same BLAS kernel with the same rows (tests; from four rows on MKL changes kernels with the width,
+so those stay on ``F.linear``). Whether it is faster is measured at load (:func:`split_rows_faster`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "MAX_SPLIT_ROWS",
     "Linear",
     "kernel_choice",
     "onednn_available",
@@ -44,7 +47,7 @@ __all__ = [
     "onednn_rows_faster",
     "rows_linear",
     "set_flags",
-    "split_row_linear",
+    "split_linear",
     "split_rows_faster",
     "time_both",
     "use_onednn_rows",
@@ -62,13 +65,13 @@ def onednn_available() -> bool:
 def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool, parts: int = 1) -> Tensor:
     """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
 
-    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN; with ``parts > 1``, a
-    single row of a float32 CPU Linear runs as :func:`split_row_linear` (bitwise the same).
+    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN; with ``parts > 1``, one
+    to three rows of a float32 CPU Linear run as :func:`split_linear` (bitwise the same).
     """
     if onednn and x.shape[0] > 1:
         return onednn_linear(x, weight, bias)
     if parts > 1 and _splittable(x, weight, parts):
-        return split_row_linear(x, weight, bias, parts)
+        return split_linear(x, weight, bias, parts)
     return F.linear(x, weight, bias)
 
 
@@ -77,6 +80,8 @@ def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool, pa
 #: differently: both round differently from ``F.linear`` (measured: every block of fewer than 4
 #: outputs or 400 elements differed, none larger did). A decode step's blocks are 10^5-10^6.
 _MIN_BLOCK_OUT, _MIN_BLOCK = 16, 1024
+#: Most rows :func:`rows_linear` splits (measured bitwise up to 3 rows, with biases; 4 without).
+MAX_SPLIT_ROWS = 3
 
 
 def _splittable(x: Tensor, weight: Tensor, parts: int) -> bool:
@@ -85,7 +90,7 @@ def _splittable(x: Tensor, weight: Tensor, parts: int) -> bool:
         rows *= int(d)
     n, k = weight.shape if weight.dim() == 2 else (0, 0)
     return (
-        rows == 1
+        rows <= MAX_SPLIT_ROWS
         and weight.dtype == torch.float32
         and weight.device.type == "cpu"
         and n % parts == 0
@@ -95,17 +100,20 @@ def _splittable(x: Tensor, weight: Tensor, parts: int) -> bool:
     )
 
 
-def split_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None, parts: int) -> Tensor:
-    """``F.linear`` of one row x [..., K] (one row in all) as ``parts`` blocks of outputs in one ``bmm``.
+def split_linear(x: Tensor, weight: Tensor, bias: Tensor | None, parts: int) -> Tensor:
+    """``F.linear`` of a few rows x [..., K] as ``parts`` blocks of outputs in one ``bmm``.
 
     ``weight`` [N, K] (contiguous, N a multiple of ``parts``) is viewed, not copied, as
     ``[parts, N / parts, K]``; the bmm runs the blocks on the intra-op threads, each with the BLAS
-    matrix-vector kernel ``F.linear`` uses, so every output is bitwise the same (with a bias too:
-    it is added after the dot product either way; tests).
+    kernel ``F.linear`` uses for that many rows, so every output is bitwise the same for up to
+    :data:`MAX_SPLIT_ROWS` rows (with a bias too: it is added after the dot product either way;
+    tests). One row's result is a view of the bmm's; more rows cost one small copy.
     """
     n, k = weight.shape
+    m = x.numel() // k
     blocks = weight.view(parts, n // parts, k).transpose(1, 2)
-    y = torch.bmm(x.reshape(1, 1, k).expand(parts, 1, k), blocks).view(*x.shape[:-1], n)
+    y = torch.bmm(x.reshape(1, m, k).expand(parts, m, k), blocks)  # [parts, m, n / parts]
+    y = y.transpose(0, 1).reshape(*x.shape[:-1], n)
     return y if bias is None else y + bias
 
 
@@ -204,19 +212,23 @@ def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str
 
 
 def split_rows_faster(weight: Tensor, parts: int, reps: int = 8, margin: float = 0.9) -> dict[str, object]:
-    """Time one row through ``weight`` [N, K] with ``F.linear`` and with :func:`split_row_linear`.
+    """Time one row through ``weight`` [N, K] with ``F.linear`` and with :func:`split_linear`.
 
     The weight should be one a decode step really reads (larger than the caches). Returns
     ``{"linear_ms", "split_ms", "bitwise", "parts"}``: ``parts`` is the given count where the split
-    gave bitwise ``F.linear``'s values on this weight and took at most ``margin`` of its time, else 1.
+    gave bitwise ``F.linear``'s values on this weight (1 to :data:`MAX_SPLIT_ROWS` rows) and took
+    at most ``margin`` of its time for one row, else 1.
     """
     x = torch.randn(1, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
     with torch.inference_mode():
-        bitwise = _splittable(x, weight, parts) and torch.equal(
-            F.linear(x, weight), split_row_linear(x, weight, None, parts)
+        bitwise = _splittable(x, weight, parts) and all(
+            torch.equal(F.linear(r, weight), split_linear(r, weight, None, parts))
+            for r in (
+                torch.randn(m, 1, weight.shape[1], dtype=weight.dtype) for m in range(1, MAX_SPLIT_ROWS + 1)
+            )
         )
     linear_ms, split_ms = time_both(
-        lambda: F.linear(x, weight), lambda: split_row_linear(x, weight, None, parts), reps
+        lambda: F.linear(x, weight), lambda: split_linear(x, weight, None, parts), reps
     )
     chosen = parts if bitwise and split_ms <= margin * linear_ms else 1
     logger.info(
