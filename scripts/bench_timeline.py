@@ -5,7 +5,8 @@ duration are recorded. The plot shows, per stream, the audio received so far (st
 listener who starts at the first chunk has played (a 45-degree line): wherever the line would pass
 the steps, playback stalls. Writes bench-results/timeline.json and bench-results/timeline.png.
 
-    python scripts/bench_timeline.py [--model DIR] [--streams 1,2,4] [--frames 40]
+    python scripts/bench_timeline.py [--model DIR | --size tiny|0.6b] [--streams 1,2,4] [--frames 40]
+        [--quant none|int8] [--codec-dtype auto|float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -83,7 +84,12 @@ def plot(levels: dict[int, list[dict[str, Any]]], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="checkpoint dir (default: a tiny custom_voice model)")
+    ap.add_argument("--model", help="a CustomVoice checkpoint dir instead of --size")
+    ap.add_argument(
+        "--size", default="tiny", choices=["tiny", "0.6b"], help="random CustomVoice model built here"
+    )
+    ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
+    ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--streams", default="1,2,4")
     ap.add_argument("--frames", type=int, default=40)
     ap.add_argument("--no-ramp", action="store_true", help="fixed chunk schedule (first, then chunk_frames)")
@@ -91,11 +97,15 @@ def main() -> int:
     args = ap.parse_args()
     model = args.model
     if model is None:
-        path = ROOT / ".cache" / "bench-models" / "tiny-custom_voice"
+        path = ROOT / ".cache" / "bench-models" / f"{args.size}-custom_voice"
         if not (path / "config.json").exists():
-            make_test_model(path, "custom_voice", size="tiny", seed=0)
+            print(f"building random {args.size} custom_voice checkpoint in {path} ...", flush=True)
+            make_test_model(path, "custom_voice", size=args.size, seed=0)
         model = str(path)
-    engine = Engine.load(EngineConfig(model=model, device="cpu", chunk_ramp=not args.no_ramp))
+    config = EngineConfig(
+        model=model, device="cpu", chunk_ramp=not args.no_ramp, quant=args.quant, codec_dtype=args.codec_dtype
+    )
+    engine = Engine.load(config)
     levels: dict[int, list[dict[str, Any]]] = {}
     for n in (int(x) for x in args.streams.split(",")):
         t0 = time.perf_counter()
@@ -112,7 +122,14 @@ def main() -> int:
     engine.close()
     args.out.mkdir(parents=True, exist_ok=True)
     name = "timeline-fixed" if args.no_ramp else "timeline"
-    doc = {"model": model, "frames": args.frames, "chunk_ramp": not args.no_ramp, "levels": levels}
+    doc = {
+        "model": model,
+        "frames": args.frames,
+        "chunk_ramp": not args.no_ramp,
+        "quant": args.quant,
+        "codec_dtype": args.codec_dtype,
+        "levels": levels,
+    }
     (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1))
     plot(levels, args.out / f"{name}.png")
     print(f"wrote {args.out / name}.json and .png")

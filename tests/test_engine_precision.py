@@ -40,6 +40,21 @@ def test_resolve_precision(model: str, codec: str, native: bool, expected: Preci
     assert resolve_precision(model, codec, native) == expected
 
 
+@pytest.mark.parametrize(
+    ("codec", "native", "expected"),
+    [
+        ("auto", True, Precision("float32", "bfloat16")),  # int8 gave up bit-exactness already
+        ("auto", False, Precision("float32", "float32")),
+        ("float32", True, Precision("float32", "float32")),  # an explicit setting wins
+    ],
+)
+def test_auto_codec_dtype_with_int8_weights(codec: str, native: bool, expected: Precision) -> None:
+    assert resolve_precision("float32", codec, native, quant="int8") == expected
+    assert resolve_precision("float32", codec, native, quant="none").codec == (
+        "float32" if codec == "auto" else codec
+    )
+
+
 def test_native_bfloat16_probe_answers_for_this_machine() -> None:
     assert native_bfloat16("cpu") in (True, False)
     if not torch.cuda.is_available():

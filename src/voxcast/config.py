@@ -85,8 +85,8 @@ class EngineConfig:
             (Intel, AMX) and 1.22-1.37x on another (AMD Zen 4), see scripts/bench_serving.py. "auto"
             times a short concurrent workload both ways at warm-up and keeps the faster
             (:meth:`voxcast.engine.engine.Engine.calibrate_decode_thread`); without warm-up it is off.
-        codec_dtype: the audio decoder's dtype: "auto" (the model's), "float32" or "bfloat16"
-            (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AVX-512 BF16 or AMX,
+        codec_dtype: the audio decoder's dtype: "auto" (the model's; bfloat16 with int8 weights where
+            the device computes bfloat16 natively), "float32" or "bfloat16" (``VOXCAST_CODEC_DTYPE``). bfloat16 is 2.3-2.7x faster on CPUs with AVX-512 BF16 or AMX,
             not bit-exact. Where the device has no native bfloat16 (e.g. AVX2-only CPUs), bfloat16
             settings (this and ``dtype``) run in float32, with a warning: emulated it is ~70x slower
             (:mod:`voxcast.engine.precision`).

@@ -84,7 +84,9 @@ class Engine:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
         device = config.resolved_device()
-        precision = resolve_precision(config.resolved_dtype(), config.codec_dtype, native_bfloat16(device))
+        precision = resolve_precision(
+            config.resolved_dtype(), config.codec_dtype, native_bfloat16(device), config.quant
+        )
         log_fallbacks(precision, device)
         model = on_fresh_thread(  # see voxcast.engine.threads: no lasting OpenMP team on this thread
             lambda: Qwen3TTS.from_pretrained(

@@ -58,13 +58,21 @@ class Precision:
         return {"model": self.model, "codec": self.codec, "fallbacks": list(self.fallbacks)}
 
 
-def resolve_precision(model_dtype: str, codec_dtype: str, native_bf16: bool) -> Precision:
-    """Pick the dtypes for a resolved model dtype and a ``codec_dtype`` setting ("auto" = the model's).
+def resolve_precision(
+    model_dtype: str, codec_dtype: str, native_bf16: bool, quant: str = "none"
+) -> Precision:
+    """Pick the dtypes for a resolved model dtype and a ``codec_dtype`` setting.
+
+    "auto" is the model's dtype, except with int8 weights (``quant``) on a device with native
+    bfloat16: the audio decoder then runs in bfloat16 (2.1-2.7x faster on an AVX-512 BF16 CPU,
+    within ~1.7e-3 of float32), since int8 has given up bit-exactness for speed already and the
+    float32 decoder would cost more per frame than the int8 talker and code predictor together.
 
     Args:
         model_dtype: "float32" or "bfloat16" (``EngineConfig.resolved_dtype()``).
         codec_dtype: "auto", "float32" or "bfloat16" (``EngineConfig.codec_dtype``).
         native_bf16: :func:`native_bfloat16` of the device.
+        quant: the weights' quantization ("none" or "int8", ``EngineConfig.quant``).
 
     Returns:
         The dtypes to use; bfloat16 becomes float32 where it is not native.
@@ -74,7 +82,9 @@ def resolve_precision(model_dtype: str, codec_dtype: str, native_bf16: bool) -> 
     if model == "bfloat16" and not native_bf16:
         model = "float32"
         fallbacks.append("VOXCAST_DTYPE")
-    codec = model if codec_dtype == "auto" else codec_dtype
+    codec = codec_dtype
+    if codec == "auto":
+        codec = "bfloat16" if quant == "int8" and native_bf16 else model
     if codec == "bfloat16" and not native_bf16:
         codec = "float32"
         fallbacks.append("VOXCAST_CODEC_DTYPE")
