@@ -60,13 +60,17 @@ def worker(
 
 def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
     plane = worker.plane
+    # enough frames that generating them takes a while even on a fast CPU (the tiny model: ~7 ms each)
+    frames = 40
     job = plane.submit(
-        {"text": TEXT, "voice": "ryan", "max_frames": 12, "first_chunk_frames": 1, "chunk_frames": 1}
+        {"text": TEXT, "voice": "ryan", "max_frames": frames, "first_chunk_frames": 1, "chunk_frames": 1}
     )
     rec = plane.wait_done(job, 120)
     *chunks, final = rec.outputs
-    assert final["done"] is True and final["timing"]["frames"] == 12 and final["audio_key"]
-    assert [c["seq"] for c in chunks] == list(range(len(chunks))) and sum(c["frames"] for c in chunks) == 12
+    assert final["done"] is True and final["timing"]["frames"] == frames and final["audio_key"]
+    assert [c["seq"] for c in chunks] == list(range(len(chunks))) and sum(
+        c["frames"] for c in chunks
+    ) == frames
     assert len(chunks) >= 4  # streamed in pieces (a worker that falls behind merges waiting chunks)
     # the done POST carries the aggregate: every yielded message, the final one last
     assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
