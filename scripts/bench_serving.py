@@ -218,6 +218,8 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
             kind: {
                 "ttfa_ms": statistics.median(p[kind]["ttfa_ms"] for p in r["ttfa"]),
                 "prefill_ms": statistics.median(p[kind]["prefill_ms"] for p in r["ttfa"]),
+                "voice_ms": statistics.median(p[kind]["timing"].get("voice_ms") or 0.0 for p in r["ttfa"]),
+                "ttfa_runs_ms": [p[kind]["ttfa_ms"] for p in r["ttfa"]],
                 "extra": r["ttfa"][-1][kind]["extra"],
                 "timing": r["ttfa"][-1][kind]["timing"],
             }
@@ -302,7 +304,7 @@ def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, 
         new, known, cached = (t[k] for k in TTFA_KINDS)
         print(
             f"\ndecode thread {mode}: TTFA new reference {new['ttfa_ms']:.0f} ms (voice built in "
-            f"{new['timing']['voice_ms']:.0f} ms), known voice {known['ttfa_ms']:.0f} ms, cached "
+            f"{new['voice_ms']:.0f} ms; runs {', '.join(f'{x:.0f}' for x in new['ttfa_runs_ms'])}), known voice {known['ttfa_ms']:.0f} ms, cached "
             f"{cached['ttfa_ms']:.0f} ms ({cached['ttfa_ms'] / new['ttfa_ms']:.2f}x new reference, "
             f"{cached['ttfa_ms'] / known['ttfa_ms']:.2f}x known voice); prefill "
             f"{new['prefill_ms']:.0f} / {known['prefill_ms']:.0f} / {cached['prefill_ms']:.0f} ms; "
