@@ -36,14 +36,16 @@ def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:
         stream = engine.synthesize(
             {"text": "Timeline test sentence.", "voice": "ryan", "seed": i, "max_frames": frames}
         )
-        emits, durs = [], []
+        emits, durs, sizes = [], [], []
         for chunk in stream:
             emits.append(chunk.t_emit - stream.started_at)
             durs.append(chunk.duration_s)
+            sizes.append(chunk.frames)
         stalls, stall_s = playback_stalls(emits, durs)
         out[i] = {
             "emits_s": emits,
             "durations_s": durs,
+            "chunk_frames": sizes,
             "ttfa_ms": stream.timing.ttfa_ms,
             "stalls": stalls,
             "stall_s": stall_s,
@@ -103,7 +105,11 @@ def main() -> int:
             make_test_model(path, "custom_voice", size=args.size, seed=0)
         model = str(path)
     config = EngineConfig(
-        model=model, device="cpu", chunk_ramp=not args.no_ramp, quant=args.quant, codec_dtype=args.codec_dtype
+        model=model,
+        device="cpu",
+        chunk_ramp=not args.no_ramp,
+        quant=args.quant,
+        codec_dtype=args.codec_dtype,
     )
     engine = Engine.load(config)
     levels: dict[int, list[dict[str, Any]]] = {}
@@ -117,7 +123,7 @@ def main() -> int:
         stall_ms = 1000 * sum(r["stall_s"] for r in levels[n]) / n
         print(
             f"{n} stream(s): aggregate {agg:.1f} frames/s, TTFA median {ttfa[len(ttfa) // 2]:.0f} ms, "
-            f"stalls {stalls} ({stall_ms:.0f} ms per stream)"
+            f"stalls {stalls} ({stall_ms:.0f} ms per stream); stream 0's chunks {levels[n][0]['chunk_frames']}"
         )
     engine.close()
     args.out.mkdir(parents=True, exist_ok=True)
