@@ -16,6 +16,7 @@ import soundfile as sf
 import torch
 
 from voxcast.config import EngineConfig, max_frames_for_text
+from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
 from voxcast.errors import InvalidRequest
 
@@ -71,8 +72,9 @@ def test_chunk_schedule_and_streamed_equals_offline(cv_engine: Engine) -> None:
         chunks, timing = _run(cv_engine, seed=3, max_frames=11)
     finally:
         cv_engine.keep_codes = False
-    assert [c.frames for c in chunks] == [1, 1, 2, 3, 3, 1]  # ramped up to chunk_frames=3
-    assert [c.seq for c in chunks] == list(range(6))
+    # ramped up to chunk_frames=3, each chunk at most half the audio sent before it
+    assert [c.frames for c in chunks] == [1, 1, 1, 1, 2, 3, 2]
+    assert [c.seq for c in chunks] == list(range(7))
     assert all(c.sample_rate == 24000 and c.pcm.dtype == np.float32 for c in chunks)
     assert all(len(c.pcm) == c.frames * 1920 for c in chunks)
     codes = torch.tensor(timing.extra["codes"])
@@ -85,7 +87,7 @@ def test_chunk_schedule_and_streamed_equals_offline(cv_engine: Engine) -> None:
 
 def test_request_chunk_sizes_override_config(cv_engine: Engine) -> None:
     chunks, _ = _run(cv_engine, greedy=True, max_frames=9, first_chunk_frames=2, chunk_frames=5)
-    assert [c.frames for c in chunks] == [2, 2, 4, 1]
+    assert [c.frames for c in chunks] == [2, 2, 2, 3]  # never shorter than the first chunk
 
 
 def test_fixed_chunk_schedule_without_ramp(tiny_model_dir: Factory) -> None:
@@ -247,3 +249,11 @@ def test_closed_engine_refuses_work(tiny_model_dir: Factory) -> None:
 
     with pytest.raises(EngineUnavailable):
         list(engine.synthesize({"text": "Hello", "voice": "ryan"}))
+
+
+@pytest.mark.parametrize(
+    ("first", "size", "frames"), [(1, 4, 13), (1, 3, 9), (2, 5, 18), (4, 4, 8), (1, 1, 2), (3, 2, 5)]
+)
+def test_ramp_frames_reach_a_full_size_chunk(first: int, size: int, frames: int) -> None:
+    # 1, 1, 1, 1, 2, 3, 4 = 13; 1, 1, 1, 1, 2, 3 = 9; 2, 2, 2, 3, 4, 5 = 18; 4, 4; 1, 1; 3, 2
+    assert ramp_frames(first, size) == frames

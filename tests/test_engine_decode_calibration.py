@@ -13,6 +13,7 @@ import pytest
 
 from voxcast.config import EngineConfig
 from voxcast.engine import engine as engine_module
+from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import calibration_requests
 
@@ -65,7 +66,10 @@ def test_calibration_workload_runs_into_full_chunks(engine: Engine) -> None:
     reqs = calibration_requests(engine)
     assert len(reqs) == 2
     cfg = engine.config
-    assert all(r.max_frames == cfg.first_chunk_frames + 3 * cfg.chunk_frames for r, _ in reqs)
+    assert all(
+        r.max_frames == ramp_frames(cfg.first_chunk_frames, cfg.chunk_frames) + 2 * cfg.chunk_frames
+        for r, _ in reqs
+    )
     assert len({r.request_id for r, _ in reqs}) == 2
 
 

@@ -66,8 +66,8 @@ class EngineConfig:
         first_chunk_frames: frames in the first chunk (``VOXCAST_FIRST_CHUNK_FRAMES``).
         chunk_frames: frames in every later chunk (``VOXCAST_CHUNK_FRAMES``).
         max_frames_cap: cap on the per-request frame limit (``VOXCAST_MAX_FRAMES_CAP``).
-        chunk_ramp: grow chunks from the first one up to ``chunk_frames`` (1, 1, 2, 4, 4, ...), each at
-            most as long as the audio already sent, so no stall when generation keeps up
+        chunk_ramp: grow chunks from the first one up to ``chunk_frames`` (1, 1, 1, 1, 2, 3, 4, ...),
+            each at most half as long as the audio already sent, so no stall when generation keeps up
             (``VOXCAST_CHUNK_RAMP``, on).
         warmup: run every path once at load (``VOXCAST_WARMUP``).
         threads: torch CPU threads, 0 = torch's default (``VOXCAST_THREADS``).

@@ -369,7 +369,7 @@ class Engine:
         if seed is not None:
             timing.extra["seed"] = int(seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
-        act = Active(stream, gen, decoder, max_frames, target=first)
+        act = Active(stream, gen, decoder, max_frames, target=first, first=first)
         if prefill:
             gen.prefill()
             self._prefilled(act)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from voxcast.engine.active import ramp_frames
 from voxcast.engine.request import SynthesisRequest
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def _reference_audio(sample_rate: int, seconds: float = 2.0) -> np.ndarray:
 def warmup_requests(engine: Engine) -> Iterator[tuple[SynthesisRequest, Any]]:
     """Yield (request, voice prompt or None) pairs covering the model's paths."""
     cfg = engine.config
-    frames = cfg.first_chunk_frames + 2 * cfg.chunk_frames
+    frames = ramp_frames(cfg.first_chunk_frames, cfg.chunk_frames)  # every chunk size the ramp uses
     base: dict[str, Any] = {"text": WARMUP_TEXT, "max_frames": frames, "request_id": "warmup"}
     variants: list[dict[str, Any]] = [{"greedy": True}, {"seed": 0}]
     model = engine.model
@@ -61,11 +62,12 @@ def calibration_requests(
     """The concurrent workload that ``decode_thread=auto`` times: ``min(2, max_active)`` streams.
 
     Each is ``sample`` (default: the first warm-up request; warm-up passes the one it already built,
-    so no voice prompt is computed twice) run past the chunk ramp into full-size chunks (first chunk +
-    3 full ones), so most of its audio is decoded where the decode thread would take it.
+    so no voice prompt is computed twice) run through the chunk ramp and two more full-size chunks
+    (with the defaults 1, 1, 1, 1, 2, 3, 4, 4, 4), so most of its audio is decoded where the decode
+    thread would take it.
     """
     cfg = engine.config
-    frames = cfg.first_chunk_frames + 3 * cfg.chunk_frames
+    frames = ramp_frames(cfg.first_chunk_frames, cfg.chunk_frames) + 2 * cfg.chunk_frames
     request, voice = sample if sample is not None else next(iter(warmup_requests(engine)))
     n = min(2, cfg.max_active)
     return [
