@@ -1,6 +1,6 @@
 """End to end: the engine's STREAMED audio equals the official wrapper's final waveform.
 
-Same tiny checkpoint, text and seed; the engine streams in chunks of 1, 1, 2, then 3 frames, and the
+Same tiny checkpoint, text and seed; the engine streams in chunks of 1, 1, 1, 1, 2, then 3 frames, and the
 concatenation must equal the official output (same length, max abs diff <= 1e-4). For an ICL clone
 the official wrapper cuts the reference part proportionally and is sometimes one sample short
 (see ``official_cut`` in test_parity_codec.py): then its clip has one extra leading sample.
@@ -52,7 +52,7 @@ def base(tiny_model_dir: Callable[[str], Path]) -> Iterator[tuple[Path, Engine]]
 
 def _streamed(engine: Engine, request: dict, voice: object = None) -> np.ndarray:
     chunks = list(engine.synthesize({"text": TEXT, "max_frames": FRAMES, **request}, voice))
-    assert [c.frames for c in chunks][:4] == [1, 1, 2, 3]  # the ramped schedule
+    assert [c.frames for c in chunks][:6] == [1, 1, 1, 1, 2, 3]  # the ramped schedule
     return np.concatenate([c.pcm for c in chunks])
 
 
