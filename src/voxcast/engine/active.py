@@ -65,14 +65,19 @@ def next_chunk_frames(act: Active, chunk_frames: int, ramp: bool) -> int:
     streams, slower than real time, unchanged (457 vs 461 ms).
     """
     size = act.stream.request.chunk_frames or chunk_frames
-    return min(size, max(act.first, act.frames // 2)) if ramp else size
+    return _ramped(act.first, size, act.frames) if ramp else size
+
+
+def _ramped(first: int, size: int, sent: int) -> int:
+    """The ramp's next chunk after ``sent`` frames: half of them, at least ``first``, at most ``size``."""
+    return min(size, max(first, sent // 2))
 
 
 def ramp_frames(first: int, size: int) -> int:
     """Frames the ramp takes from a ``first``-frame chunk through its first ``size``-frame chunk."""
     sent = first
     while True:
-        n = min(size, max(first, sent // 2))
+        n = _ramped(first, size, sent)
         sent += n
         if n == size:
             return sent

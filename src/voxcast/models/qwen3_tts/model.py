@@ -121,11 +121,13 @@ class Qwen3TTS:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
-        self.onednn_rows = self._choose_rows_kernel(onednn_rows, device, dtype, quant, compile)
+        # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
+        fp32_cpu = device.type == "cpu" and dtype == torch.float32 and quant == "none" and not compile
+        self.onednn_rows = self._choose_rows_kernel(onednn_rows, fp32_cpu)
         #: Decode rows in blocks of outputs (:func:`.rows_linear.split_linear`): the
         #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
         self.row_kernel: dict[str, object] | None = None
-        self.row_parts = self._choose_row_parts(row_parts, device, dtype, quant, compile)
+        self.row_parts = self._choose_row_parts(row_parts, fp32_cpu)
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         elif trace_steps:  # recorded by prepare_batches or on first use
@@ -147,37 +149,31 @@ class Qwen3TTS:
         self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
         self._primed_lock = threading.Lock()
 
-    def _choose_rows_kernel(
-        self, onednn_rows: bool | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
-    ) -> bool:
+    def _timing_weight(self) -> torch.Tensor:
+        """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timings."""
+        mlp = self.talker.model.layers[0].mlp
+        assert isinstance(mlp, MLP)
+        return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+
+    def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
         """Whether batched float32 CPU rows run on oneDNN (:mod:`.rows_linear`); None = measure it."""
-        if device.type != "cpu" or dtype != torch.float32 or quant != "none" or compile:
-            return False
-        if not onednn_available():
+        if not fp32_cpu or not onednn_available():
             return False
         if onednn_rows is None:
-            mlp = self.talker.model.layers[0].mlp
-            assert isinstance(mlp, MLP)
-            weight = mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
-            self.rows_kernel = onednn_rows_faster(weight)
+            self.rows_kernel = onednn_rows_faster(self._timing_weight())
             onednn_rows = bool(self.rows_kernel["onednn"])
         use_onednn_rows(self.talker, onednn_rows)
         return onednn_rows
 
-    def _choose_row_parts(
-        self, row_parts: int | None, device: torch.device, dtype: torch.dtype, quant: str, compile: bool
-    ) -> int:
+    def _choose_row_parts(self, row_parts: int | None, fp32_cpu: bool) -> int:
         """Blocks for float32 CPU decode rows (:mod:`.rows_linear`); None = the intra-op threads, if faster."""
-        if device.type != "cpu" or dtype != torch.float32 or quant != "none" or compile:
+        if not fp32_cpu:
             return 1
         if row_parts is None:
             threads = torch.get_num_threads()
             if threads < 2:
                 return 1
-            mlp = self.talker.model.layers[0].mlp
-            assert isinstance(mlp, MLP)
-            weight = mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
-            self.row_kernel = split_rows_faster(weight, threads)
+            self.row_kernel = split_rows_faster(self._timing_weight(), threads)
             row_parts = int(self.row_kernel["parts"])  # type: ignore[call-overload]
         use_split_rows(self.talker, max(1, row_parts))
         return max(1, row_parts)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -77,6 +78,20 @@ class _Rows(nn.Module):
         return self.talker.run_rows(embeds, cos, sin, caches, starts)  # type: ignore[arg-type]
 
 
+def _record(module: nn.Module, inputs: Callable[[int], tuple[object, ...]]) -> torch.jit.ScriptModule:
+    """Trace ``module`` on ``inputs(start)`` and run the recording at every warm position.
+
+    TorchScript profiles a recording's first runs and then optimises it; those runs happen here,
+    on scratch caches, rather than in a request.
+    """
+    with warnings.catch_warnings():  # tracer notes on tensor-valued slice bounds and conditions
+        warnings.simplefilter("ignore")
+        step = torch.jit.trace(module, inputs(_WARM_POSITIONS[0]), check_trace=False)
+        for start in _WARM_POSITIONS:
+            step(*inputs(start))
+    return step
+
+
 class TracedTalkerStep:
     """The recorded decode steps of one talker: one row, and batched rows by bucket (recorded by
     :meth:`prepare` / :meth:`prepare_rows` or on first use)."""
@@ -116,12 +131,7 @@ class TracedTalkerStep:
             ks, vs = [c.k for c in cache], [c.v for c in cache]
             return embeds, cos, sin, torch.tensor(start, device=embeds.device), ks, vs
 
-        with warnings.catch_warnings():  # tracer notes on tensor-valued slice bounds and conditions
-            warnings.simplefilter("ignore")
-            step = torch.jit.trace(_Step(talker), inputs(_WARM_POSITIONS[0]), check_trace=False)
-        for start in _WARM_POSITIONS:
-            step(*inputs(start))
-        self._step = step
+        self._step = _record(_Step(talker), inputs)
         logger.info("recorded the talker's decode step in %.2f s", time.perf_counter() - t0)
 
     @torch.inference_mode()
@@ -133,16 +143,9 @@ class TracedTalkerStep:
         talker = self.talker
         caches = [talker.new_cache(len(_WARM_POSITIONS) + 2) for _ in range(batch)]
         embeds = self._like(batch)
-        with warnings.catch_warnings():  # as in prepare
-            warnings.simplefilter("ignore")
-            step: torch.jit.ScriptModule | None = None
-            for start in _WARM_POSITIONS:
-                inputs = self._row_inputs(embeds, caches, [start] * batch)
-                if step is None:
-                    step = torch.jit.trace(_Rows(talker), inputs, check_trace=False)
-                step(*inputs)
-        assert step is not None
-        self._rows[batch] = step
+        self._rows[batch] = _record(
+            _Rows(talker), lambda start: self._row_inputs(embeds, caches, [start] * batch)
+        )
         logger.info("recorded the talker's step for %d rows in %.2f s", batch, time.perf_counter() - t0)
 
     def prepare_upto(self, max_batch: int) -> None:
