@@ -15,10 +15,12 @@ after its last chunk was decoded and delivered.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,20 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _DECODE_TORCH_THREADS = 0
 
 
+def _close_at_exit(ref: weakref.ref[Engine]) -> None:
+    """``Engine.close`` of a still-living engine at interpreter exit.
+
+    The scheduler and decode threads are daemon threads. At exit Python ends a daemon thread that
+    takes the GIL back by unwinding its stack; a torch operation releases the GIL in C++ and takes it
+    back in a destructor that must not throw, so a thread inside one aborts the whole process (exit
+    status 134, seen whenever a script or worker ended while a stream was generating). ``atexit``
+    hooks run before that.
+    """
+    engine = ref()
+    if engine is not None:
+        engine.close()
+
+
 class Engine:
     """A warmed model plus its scheduler thread. Thread-safe: call ``synthesize`` from anywhere."""
 
@@ -73,6 +89,7 @@ class Engine:
         self.heap_trim: dict[str, float] | None = None
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
         self._thread.start()
+        atexit.register(_close_at_exit, weakref.ref(self))  # see _close_at_exit
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod

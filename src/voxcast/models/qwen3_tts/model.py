@@ -175,8 +175,9 @@ class Qwen3TTS:
                 return 1
             self.row_kernel = split_rows_faster(self._timing_weight(), threads)
             row_parts = int(self.row_kernel["parts"])  # type: ignore[call-overload]
-        use_split_rows(self.talker, max(1, row_parts))
-        return max(1, row_parts)
+        row_parts = max(1, row_parts)
+        use_split_rows(self.talker, row_parts)
+        return row_parts
 
     @classmethod
     def from_pretrained(
