@@ -32,12 +32,17 @@ from safetensors.torch import save_file
 from voxcast.models.qwen3_tts.checkpoint import Qwen3TTSNet
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 
-__all__ = ["KINDS", "SIZES", "make_test_model", "model_config_dict", "reference_dir"]
+__all__ = ["KINDS", "SIZES", "TINY_EOS_SCALE", "make_test_model", "model_config_dict", "reference_dir"]
 
 logger = logging.getLogger(__name__)
 
 KINDS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
+# Tiny checkpoints scale the end-of-speech row of ``talker.codec_head`` by this, so that sampling
+# (top-k 50) essentially never ends speech early: with the row at full scale a 40-frame request
+# drew it about once in 60 seeds, and a test expecting 40 frames got 32. Tests that want early ends
+# scale the row back up (tests/fixtures/models.py: eos_prone_copy).
+TINY_EOS_SCALE = 0.25
 
 #: Where the published configs and tokenizer live (``$VOXCAST_QWEN3_REFERENCE`` overrides).
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[5] / "shared" / "qwen3-tts-reference"
@@ -254,6 +259,8 @@ def make_test_model(out_dir: str | Path, kind: str, size: str = "tiny", seed: in
     out.mkdir(parents=True, exist_ok=True)
     full = not size.startswith("tiny")
     state = _random_state(config, seed, torch.bfloat16 if full else torch.float32)
+    if not full:
+        state["talker.codec_head.weight"][config.talker.codec_eos_token_id] *= TINY_EOS_SCALE
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     del state
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
