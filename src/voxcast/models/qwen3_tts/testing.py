@@ -38,10 +38,10 @@ logger = logging.getLogger(__name__)
 
 KINDS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
-# Tiny checkpoints scale the end-of-speech row of ``talker.codec_head`` by this, so that sampling
-# (top-k 50) essentially never ends speech early: with the row at full scale a 40-frame request
-# drew it about once in 60 seeds, and a test expecting 40 frames got 32. Tests that want early ends
-# scale the row back up (tests/fixtures/models.py: eos_prone_copy).
+#: Tiny checkpoints scale the end-of-speech row of ``talker.codec_head`` by this, so that sampling
+#: (top-k 50) essentially never ends speech early: with the row at full scale a 40-frame request
+#: drew it about once in 60 seeds, and a test expecting 40 frames got 32. Tests that want early ends
+#: scale the row back up (tests/fixtures/models.py: eos_prone_copy).
 TINY_EOS_SCALE = 0.25
 
 #: Where the published configs and tokenizer live (``$VOXCAST_QWEN3_REFERENCE`` overrides).
