@@ -10,7 +10,7 @@ one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
-        [--streams 1,2,4] [--quant none|int8] [--threads N]
+        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|both] [--threads N]
 
 Writes ``bench-results/decode-<size>.json``.
 """
@@ -156,8 +156,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         kw["quant"] = args.quant
     if args.rows_kernel != "auto":
         kw["onednn_rows"] = args.rows_kernel == "onednn"
+    if args.quant == "int8" and args.int8_kernel != "auto":
+        kw["int8_kernel"] = args.int8_kernel == "voxcast"
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
+    out["int8_kernel"] = getattr(model, "int8_kernel", None)
+    out["int8_kernel_timing"] = getattr(model, "int8_kernel_timing", None)
     out["onednn_rows"] = getattr(model, "onednn_rows", None)
     out["rows_kernel"] = getattr(model, "rows_kernel", None)
     out["row_parts"] = getattr(model, "row_parts", None)
@@ -300,6 +304,7 @@ def _run(
     compile: bool = False,
     trace: bool = False,
     rows_kernel: str = "auto",
+    int8_kernel: str = "auto",
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -313,6 +318,8 @@ def _run(
         cmd.append("--trace")
     if rows_kernel != "auto":
         cmd += ["--rows-kernel", rows_kernel]
+    if int8_kernel != "auto":
+        cmd += ["--int8-kernel", int8_kernel]
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -331,7 +338,17 @@ def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict
         runs: dict[str, list[dict]] = {k: [] for k in kernels}
         for rep in range(args.reps):
             for k in kernels if rep % 2 == 0 else kernels[::-1]:
-                r = _run(cur, model, args, s, args.batch_quant, True, trace=args.trace, rows_kernel=k)
+                r = _run(
+                    cur,
+                    model,
+                    args,
+                    s,
+                    args.batch_quant,
+                    True,
+                    trace=args.trace,
+                    rows_kernel=k,
+                    int8_kernel="auto" if args.int8_kernel == "both" else args.int8_kernel,
+                )
                 runs[k].append(r)
         for k, rs in runs.items():
             fps = _median(rs, "frames_per_s")
@@ -388,6 +405,12 @@ def main() -> None:
         choices=["auto", "aten", "onednn", "both"],
         help="float32 batched rows: measured at load (auto), PyTorch's BLAS, oneDNN, or both alternated",
     )
+    p.add_argument(
+        "--int8-kernel",
+        default="auto",
+        choices=["auto", "pytorch", "voxcast", "both"],
+        help="int8 decode rows: measured at load (auto), fbgemm, voxcast's kernel, or both timed",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -398,22 +421,26 @@ def main() -> None:
         return
     model = checkpoint(args.size)
     cur = ROOT / "src"
-    variants: dict[str, tuple[Path, str]] = {"current": (cur, "none")}
+    # name -> (source, weight quantization, int8 kernel)
+    variants: dict[str, tuple[Path, str, str]] = {"current": (cur, "none", "auto")}
     if args.compile:
-        variants["compiled"] = (cur, "none")
+        variants["compiled"] = (cur, "none", "auto")
     if args.trace:
-        variants["traced"] = (cur, "none")
+        variants["traced"] = (cur, "none", "auto")
     tmp = tempfile.TemporaryDirectory()
     if args.baseline:
-        variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none"), **variants}
-    if args.quant != "none":
-        variants[args.quant] = (cur, args.quant)
+        variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none", "auto"), **variants}
+    if args.quant != "none" and args.int8_kernel == "both":
+        variants[f"{args.quant} fbgemm"] = (cur, args.quant, "pytorch")
+        variants[f"{args.quant} voxcast"] = (cur, args.quant, "voxcast")
+    elif args.quant != "none":
+        variants[args.quant] = (cur, args.quant, args.int8_kernel)
     rows: dict[str, list[dict]] = {k: [] for k in variants}
     bw, bw_dram = [], []
     for rep in range(args.reps):
         bw.append(bandwidth(args.threads))
         bw_dram.append(bandwidth(args.threads, seconds=3.0, matrices=_DRAM_MATRICES))
-        for name, (src, quant) in variants.items():
+        for name, (src, quant, kernel) in variants.items():
             ref = None
             if quant != "none" and rep == 0 and args.greedy:  # fp32 greedy codes as the reference
                 ref = Path(tmp.name) / "ref-codes.json"
@@ -422,9 +449,18 @@ def main() -> None:
                 ref = Path(tmp.name) / "ref-codes.json"
                 ref.write_text(json.dumps(rows["current"][0]["codes"]))
             trace = args.trace and name != "current" and name != "baseline" and name != "compiled"
-            r = _run(src, model, args, quant=quant, ref_codes=ref, compile=name == "compiled", trace=trace)
+            r = _run(
+                src,
+                model,
+                args,
+                quant=quant,
+                ref_codes=ref,
+                compile=name == "compiled",
+                trace=trace,
+                int8_kernel=kernel,
+            )
             rows[name].append(r)
-            print(f"rep {rep} {name:9s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
+            print(f"rep {rep} {name:14s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
     one = {k: statistics.median(b[k] for b in bw) for k in bw[0]}
     many = {k: statistics.median(b[k] for b in bw_dram) for k in bw_dram[0]}
     # The matrix-vector figure is the faster of the two kernels (the one the model uses).
@@ -461,7 +497,7 @@ def main() -> None:
         }
         result["variants"][name] = summary
         print(
-            f"{name:9s} frame {fm:8.2f} ms (talker {summary['talker_ms']:.2f}, code predictor "
+            f"{name:14s} frame {fm:8.2f} ms (talker {summary['talker_ms']:.2f}, code predictor "
             f"{summary['code_predictor_ms']:.2f}); weights {wb / 1e6:.1f} MB/frame -> {eff:.2f} GB/s "
             f"(limit {summary['bandwidth_limit_ms']:.1f} ms/frame; "
             f"{summary['bandwidth_limit_dram_ms']:.1f} at the DRAM figure, "
@@ -473,22 +509,27 @@ def main() -> None:
         result["speedup_vs_baseline"] = ratio
         result["codes_identical_to_baseline"] = same
         print(f"speed-up vs {args.baseline}: {ratio:.2f}x; codes identical: {same}")
-    if args.quant != "none":
-        a, b = rows["current"][0]["codes"], rows[args.quant][0]["codes"]
+    for name, (_, quant, _) in variants.items():
+        if quant == "none":
+            continue
+        a, b = rows["current"][0]["codes"], rows[name][0]["codes"]
         flat = [(x == y) for fa, fb in zip(a, b, strict=False) for x, y in zip(fa, fb, strict=False)]
         agree = sum(flat) / max(len(flat), 1)
         first = next((i for i, (fa, fb) in enumerate(zip(a, b, strict=False)) if fa != fb), None)
-        result["quant_agreement"] = {"code_agreement": agree, "first_divergent_frame": first}
-        print(
-            f"{args.quant} vs fp32 codes, free-running: agreement {agree:.3f}, first divergent frame {first}"
-        )
-        tf = rows[args.quant][0].get("teacher_forced")
+        result.setdefault("quant_agreements", {})[name] = {
+            "code_agreement": agree,
+            "first_divergent_frame": first,
+        }
+        print(f"{name} vs fp32 codes, free-running: agreement {agree:.3f}, first divergent frame {first}")
+        tf = rows[name][0].get("teacher_forced")
         if tf:
-            result["quant_agreement"]["teacher_forced"] = tf
+            result["quant_agreements"][name]["teacher_forced"] = tf
             print(
-                f"{args.quant} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
+                f"{name} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
                 f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
             )
+    if args.quant in result.get("quant_agreements", {}):  # the key earlier results used
+        result["quant_agreement"] = result["quant_agreements"][args.quant]
     if "traced" in rows:
         ratio = result["variants"]["current"]["frame_ms"] / result["variants"]["traced"]["frame_ms"]
         same = rows["traced"][0]["codes"] == rows["current"][0]["codes"]

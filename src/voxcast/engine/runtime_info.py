@@ -26,6 +26,8 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "precision": precision.as_dict() if precision is not None else None,
         "quant": getattr(model, "quant", None),
+        "int8_kernel": getattr(model, "int8_kernel", None),
+        "int8_kernel_timing": getattr(model, "int8_kernel_timing", None),
         "onednn_rows": getattr(model, "onednn_rows", None),
         "rows_kernel": getattr(model, "rows_kernel", None),
         "row_parts": getattr(model, "row_parts", None),

@@ -104,6 +104,7 @@ class Qwen3TTS:
         trace_steps: bool = False,
         onednn_rows: bool | None = None,
         row_parts: int | None = None,
+        int8_kernel: bool | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -119,6 +120,10 @@ class Qwen3TTS:
             self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
         else:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
+        #: int8 decode rows on voxcast's kernel (:mod:`.int8_kernel`): the load-time measurement
+        #: (None: not measured), the choice.
+        self.int8_kernel_timing: dict[str, object] | None = None
+        self.int8_kernel = self._choose_int8_kernel(int8_kernel) if quant == "int8" else False
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
@@ -154,6 +159,21 @@ class Qwen3TTS:
         mlp = self.talker.model.layers[0].mlp
         assert isinstance(mlp, MLP)
         return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+
+    def _choose_int8_kernel(self, wanted: bool | None) -> bool:
+        """Whether int8 decode rows run on voxcast's kernel; None = where it builds and measures faster."""
+        from voxcast.models.qwen3_tts import int8_kernel
+        from voxcast.models.qwen3_tts.quant import int8_kernel_faster, use_int8_kernel
+
+        if wanted is False or not int8_kernel.load():
+            return False
+        use_int8_kernel(self.talker, True)
+        if wanted is None:
+            self.int8_kernel_timing = int8_kernel_faster(self.talker)
+            if not self.int8_kernel_timing["voxcast"]:
+                use_int8_kernel(self.talker, False)
+                return False
+        return True
 
     def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
         """Whether batched float32 CPU rows run on oneDNN (:mod:`.rows_linear`); None = measure it."""
@@ -194,6 +214,7 @@ class Qwen3TTS:
         trace_steps: bool = False,
         onednn_rows: bool | None = None,
         row_parts: int | None = None,
+        int8_kernel: bool | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -219,6 +240,9 @@ class Qwen3TTS:
                 (bitwise the same values, one block per thread; 1 = plain ``F.linear``), or, with
                 None, as many blocks as intra-op threads where that measures faster at load
                 (:func:`.rows_linear.split_rows_faster`).
+            int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`.quant.KERNEL_ROWS`)
+                on voxcast's kernel (True, where it builds), on fbgemm (False), or whichever
+                measures faster at load (None; :mod:`.int8_kernel`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -252,6 +276,7 @@ class Qwen3TTS:
             trace_steps=trace_steps,
             onednn_rows=onednn_rows,
             row_parts=row_parts,
+            int8_kernel=int8_kernel,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

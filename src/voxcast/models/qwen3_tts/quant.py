@@ -8,6 +8,12 @@ so that is what is used. Not bit-exact: codes agree with float32 greedy codes on
 ``scripts/bench_decode.py --quant int8``). Norms and the talker's ``codec_head`` (read elsewhere for
 its device/dtype; one matrix per frame) stay in float32, embeddings as loaded (float32, or their
 stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
+
+Decode rows (one stream's step, the code predictor's two-position first step) can run on voxcast's
+own kernel instead (:mod:`.int8_kernel`: float32 activations, the same int8 weights and scales, read
+nearer memory bandwidth). Each quantized Linear is an :class:`Int8Linear` holding both; the model
+measures at load which is faster (:func:`int8_kernel_faster`) and sets :attr:`Int8Linear.kernel_rows`.
+Prefills and wider batches keep fbgemm, whose integer GEMM is the faster for many rows.
 """
 
 from __future__ import annotations
@@ -17,13 +23,22 @@ import time
 import warnings
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.nn.quantized.modules.utils import _quantize_weight
 
+from voxcast.models.qwen3_tts import int8_kernel
+from voxcast.models.qwen3_tts.rows_linear import set_flags, time_both
 from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
 
-__all__ = ["QUANT_MODES", "quantize_int8"]
+__all__ = [
+    "KERNEL_ROWS",
+    "QUANT_MODES",
+    "Int8Linear",
+    "int8_kernel_faster",
+    "quantize_int8",
+    "use_int8_kernel",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +46,7 @@ logger = logging.getLogger(__name__)
 QUANT_MODES = ("none", "int8")
 
 
-def _int8(*linears: nn.Linear) -> nn.Module:
+def _int8(*linears: nn.Linear) -> DynamicLinear:
     """One dynamically quantized Linear computing the given Linears' outputs side by side.
 
     The same int8 weights, scales and kernel as ``torch.ao.quantization.quantize_dynamic`` with
@@ -54,12 +69,58 @@ def _int8(*linears: nn.Linear) -> nn.Module:
     return q
 
 
+#: Most rows (positions x streams) a call may have to run on voxcast's kernel: a decode step of one or
+#: two streams, the code predictor's first step of one. More rows go to fbgemm (faster for them).
+KERNEL_ROWS = 2
+
+
+class Int8Linear(nn.Module):
+    """An int8 Linear: fbgemm's dynamically quantized one, and voxcast's kernel for a few rows.
+
+    :meth:`pack_kernel` lays the same int8 weights out for :mod:`.int8_kernel`; calls of at most
+    :attr:`kernel_rows` rows then run there (0: never). The choice is made per call shape, so a
+    recorded step (:mod:`.cp_trace`, :mod:`.talker_trace`) keeps the kernel it was recorded with.
+    """
+
+    kernel_rows = 0
+
+    def __init__(self, q: DynamicLinear) -> None:
+        super().__init__()
+        self.q = q
+        self.in_features, self.out_features = q.in_features, q.out_features
+        self.packed: Tensor | None = None
+        self.scale: Tensor | None = None
+        self.bias: Tensor | None = None
+
+    def pack_kernel(self) -> bool:
+        """Prepare the kernel's copy of the weights; False where its shape or scheme does not fit."""
+        if self.in_features % 8:
+            return False
+        weight, bias = self.q._weight_bias()
+        per_channel = (torch.per_channel_affine, torch.per_channel_symmetric)
+        if weight.qscheme() not in per_channel or bool(weight.q_per_channel_zero_points().any()):
+            return False
+        self.packed = int8_kernel.pack(weight.int_repr())
+        self.scale = weight.q_per_channel_scales().float().contiguous()
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        return True
+
+    def drop_kernel(self) -> None:
+        self.packed = self.scale = self.bias = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.packed is not None and x.numel() <= self.kernel_rows * self.in_features:
+            assert self.scale is not None
+            return int8_kernel.linear(x, self.packed, self.scale, self.bias)
+        return self.q(x)
+
+
 def _layer(layer: DecoderLayer) -> None:
     att, mlp = layer.self_attn, layer.mlp
-    att.qkv_int8 = _int8(att.q_proj, att.k_proj, att.v_proj)
-    att.o_proj = _int8(att.o_proj)  # type: ignore[assignment]
-    mlp.gate_up_int8 = _int8(mlp.gate_proj, mlp.up_proj)
-    mlp.down_proj = _int8(mlp.down_proj)  # type: ignore[assignment]
+    att.qkv_int8 = Int8Linear(_int8(att.q_proj, att.k_proj, att.v_proj))
+    att.o_proj = Int8Linear(_int8(att.o_proj))  # type: ignore[assignment]
+    mlp.gate_up_int8 = Int8Linear(_int8(mlp.gate_proj, mlp.up_proj))
+    mlp.down_proj = Int8Linear(_int8(mlp.down_proj))  # type: ignore[assignment]
     # The float32 originals are no longer read: free them.
     del att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
 
@@ -79,10 +140,61 @@ def quantize_int8(talker: Talker) -> None:
         _layer(layer)
     for g, head in enumerate(cp.lm_head):
         assert isinstance(head, nn.Linear)
-        cp.lm_head[g] = _int8(head)
+        cp.lm_head[g] = Int8Linear(_int8(head))
     if isinstance(cp.small_to_mtp_projection, nn.Linear):
-        cp.small_to_mtp_projection = _int8(cp.small_to_mtp_projection)
+        cp.small_to_mtp_projection = Int8Linear(_int8(cp.small_to_mtp_projection))
     logger.info(
         "talker and code predictor projections quantized to int8 (dynamic, per channel) in %.2f s",
         time.perf_counter() - t0,
     )
+
+
+def use_int8_kernel(module: nn.Module, on: bool) -> int:
+    """Pack (on) or drop (off) every :class:`Int8Linear`'s kernel weights and route up to
+    :data:`KERNEL_ROWS` rows to the kernel; returns how many Linears use it. Needs
+    :func:`.int8_kernel.load` to have succeeded for ``on``.
+    """
+    n = 0
+    for m in module.modules():
+        if isinstance(m, Int8Linear):
+            if on and m.pack_kernel():
+                n += 1
+            else:
+                m.drop_kernel()
+    set_flags(module, "kernel_rows", KERNEL_ROWS if on else 0)
+    return n
+
+
+def int8_kernel_faster(talker: Talker, reps: int = 6, margin: float = 0.95) -> dict[str, object]:
+    """Time one decode row through every talker layer's gate/up projection on fbgemm and on the kernel.
+
+    The layers' weights together exceed the caches, so these are the streaming figures a decode
+    step sees. The kernel must be packed (:func:`use_int8_kernel`). Returns ``{"pytorch_ms",
+    "voxcast_ms", "voxcast"}``: the kernel is chosen where it takes at most ``margin`` of fbgemm's time.
+    """
+    linears: list[Int8Linear] = []
+    for layer in talker.model.layers:
+        m = getattr(getattr(layer, "mlp", None), "gate_up_int8", None)
+        if isinstance(m, Int8Linear) and m.packed is not None:
+            linears.append(m)
+    if not linears or len(linears) != len(talker.model.layers):
+        return {"pytorch_ms": None, "voxcast_ms": None, "voxcast": False}
+    x = torch.randn(1, 1, linears[0].in_features)
+
+    def run(kernel: bool) -> None:
+        for m in linears:
+            assert m.packed is not None and m.scale is not None
+            if kernel:
+                int8_kernel.linear(x, m.packed, m.scale, m.bias)
+            else:
+                m.q(x)
+
+    pytorch_ms, voxcast_ms = time_both(lambda: run(False), lambda: run(True), reps)
+    choice = voxcast_ms <= margin * pytorch_ms
+    logger.info(
+        "int8 decode row: %.2f ms in fbgemm, %.2f ms in voxcast's kernel: using %s",
+        pytorch_ms,
+        voxcast_ms,
+        "voxcast's" if choice else "fbgemm",
+    )
+    return {"pytorch_ms": pytorch_ms, "voxcast_ms": voxcast_ms, "voxcast": choice}
