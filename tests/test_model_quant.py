@@ -62,6 +62,11 @@ def test_config_field() -> None:
     assert EngineConfig.from_env({"VOXCAST_QUANT": "INT8"}).quant == "int8"
     with pytest.raises(ValueError, match="VOXCAST_QUANT"):
         EngineConfig.from_env({"VOXCAST_QUANT": "fp8"})
+    assert EngineConfig.from_env({}).int8_kernel == "auto"
+    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "0"}).int8_kernel == "off"
+    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "On"}).int8_kernel == "on"
+    with pytest.raises(ValueError, match="VOXCAST_INT8_KERNEL"):
+        EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "fbgemm"})
 
 
 @pytest.mark.parametrize("bias", [False, True])

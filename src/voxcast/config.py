@@ -74,6 +74,9 @@ class EngineConfig:
         max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
         quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU: faster, not
             bit-exact (``VOXCAST_QUANT``).
+        int8_kernel: with int8 weights, decode rows on voxcast's own kernel: "auto" (where it builds
+            and measures faster than fbgemm at load), "on" (where it builds) or "off"
+            (``VOXCAST_INT8_KERNEL``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
             (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
             prefill; later ones equal it up to float rounding.
@@ -114,6 +117,7 @@ class EngineConfig:
     threads: int = 0
     max_active: int = 8
     quant: str = "none"
+    int8_kernel: str = "auto"
     prefix_cache: bool = True
     compile: str = "off"
     decode_thread: str = "auto"
@@ -129,6 +133,8 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.quant not in {"none", "int8"}:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
+        if self.int8_kernel not in {"off", "on", "auto"}:
+            raise ValueError(f"VOXCAST_INT8_KERNEL must be on, off or auto, not {self.int8_kernel!r}")
         if self.codec_dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(
                 f"VOXCAST_CODEC_DTYPE must be auto, float32 or bfloat16, not {self.codec_dtype!r}"
@@ -161,6 +167,7 @@ class EngineConfig:
             threads=env_int(env, "VOXCAST_THREADS", d.threads),
             max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
             quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
+            int8_kernel=_on_off_auto(env, "VOXCAST_INT8_KERNEL", d.int8_kernel),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),

@@ -111,6 +111,7 @@ class Engine:
                 device=device,
                 dtype=_DTYPES[precision.model],
                 quant=config.quant,
+                int8_kernel={"auto": None, "on": True, "off": False}[config.int8_kernel],
                 prefix_cache=config.prefix_cache,
                 compile=config.resolved_compile(),
                 codec_dtype=_DTYPES[precision.codec],
