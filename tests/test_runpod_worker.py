@@ -87,6 +87,12 @@ def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
 def test_with_concurrency_2_two_jobs_stream_at_the_same_time(worker: WorkerProcess) -> None:
     plane = worker.plane
     req = {"text": TEXT, "voice": "ryan", "max_frames": 16, "chunk_frames": 1}
+    # Submit once the SDK polls for two jobs again: right after an earlier test's job it may still
+    # count that job as running and ask for one, then wait a second before asking again.
+    deadline = time.time() + 30
+    seen = len(plane.takes)
+    while time.time() < deadline and not any("batch_size=2" in path for _, path in plane.takes[seen:]):
+        plane.wait_polled(1.0, after=len(plane.takes))
     a, b = plane.submit_many([req, req])
     ra, rb = plane.wait_done(a, 120), plane.wait_done(b, 120)
     assert any("/job-take-batch/" in path and "batch_size=2" in path for _, path in plane.takes)
