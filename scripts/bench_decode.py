@@ -10,7 +10,7 @@ one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
-        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|both] [--threads N]
+        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-avx2|both] [--threads N]
 
 Writes ``bench-results/decode-<size>.json``.
 """
@@ -157,11 +157,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.rows_kernel != "auto":
         kw["onednn_rows"] = args.rows_kernel == "onednn"
     if args.quant == "int8" and args.int8_kernel != "auto":
-        kw["int8_kernel"] = args.int8_kernel == "voxcast"
+        kw["int8_kernel"] = args.int8_kernel != "pytorch"
+        if args.int8_kernel == "voxcast-avx2":
+            kw["int8_variant"] = "avx2"
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     out["int8_kernel"] = getattr(model, "int8_kernel", None)
     out["int8_kernel_timing"] = getattr(model, "int8_kernel_timing", None)
+    out["int8_variant"] = getattr(model, "int8_variant", None)
     out["onednn_rows"] = getattr(model, "onednn_rows", None)
     out["rows_kernel"] = getattr(model, "rows_kernel", None)
     out["row_parts"] = getattr(model, "row_parts", None)
@@ -408,8 +411,9 @@ def main() -> None:
     p.add_argument(
         "--int8-kernel",
         default="auto",
-        choices=["auto", "pytorch", "voxcast", "both"],
-        help="int8 decode rows: measured at load (auto), fbgemm, voxcast's kernel, or both timed",
+        choices=["auto", "pytorch", "voxcast", "voxcast-avx2", "both"],
+        help="int8 decode rows: measured at load (auto), fbgemm, voxcast's kernel (its fastest variant, "
+        "or its AVX2 one), or all timed (both)",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
@@ -433,6 +437,10 @@ def main() -> None:
     if args.quant != "none" and args.int8_kernel == "both":
         variants[f"{args.quant} fbgemm"] = (cur, args.quant, "pytorch")
         variants[f"{args.quant} voxcast"] = (cur, args.quant, "voxcast")
+        from voxcast.models.qwen3_tts import int8_kernel
+
+        if int8_kernel.variants()[:1] == ("vnni",):  # the AVX2 variant too, for the VNNI one's gain
+            variants[f"{args.quant} voxcast-avx2"] = (cur, args.quant, "voxcast-avx2")
     elif args.quant != "none":
         variants[args.quant] = (cur, args.quant, args.int8_kernel)
     rows: dict[str, list[dict]] = {k: [] for k in variants}

@@ -27,6 +27,7 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
         "precision": precision.as_dict() if precision is not None else None,
         "quant": getattr(model, "quant", None),
         "int8_kernel": getattr(model, "int8_kernel", None),
+        "int8_kernel_variant": getattr(model, "int8_variant", None),
         "int8_kernel_timing": getattr(model, "int8_kernel_timing", None),
         "onednn_rows": getattr(model, "onednn_rows", None),
         "rows_kernel": getattr(model, "rows_kernel", None),

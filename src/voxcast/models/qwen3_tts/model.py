@@ -105,6 +105,7 @@ class Qwen3TTS:
         onednn_rows: bool | None = None,
         row_parts: int | None = None,
         int8_kernel: bool | None = None,
+        int8_variant: str | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -121,9 +122,10 @@ class Qwen3TTS:
         else:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
         #: int8 decode rows on voxcast's kernel (:mod:`.int8_kernel`): the load-time measurement
-        #: (None: not measured), the choice.
+        #: (None: not measured), the choice, and the kernel's variant in use (None: fbgemm).
         self.int8_kernel_timing: dict[str, object] | None = None
-        self.int8_kernel = self._choose_int8_kernel(int8_kernel) if quant == "int8" else False
+        self.int8_variant: str | None = None
+        self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
@@ -160,19 +162,26 @@ class Qwen3TTS:
         assert isinstance(mlp, MLP)
         return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
 
-    def _choose_int8_kernel(self, wanted: bool | None) -> bool:
+    def _choose_int8_kernel(self, wanted: bool | None, variant: str | None) -> bool:
         """Whether int8 decode rows run on voxcast's kernel; None = where it builds and measures faster."""
         from voxcast.models.qwen3_tts import int8_kernel
         from voxcast.models.qwen3_tts.quant import int8_kernel_faster, use_int8_kernel
 
         if wanted is False or not int8_kernel.load():
             return False
-        use_int8_kernel(self.talker, True)
+        if variant is not None and variant not in int8_kernel.variants():
+            raise ValueError(
+                f"int8 kernel variant {variant!r} does not run on this CPU "
+                f"(it runs: {', '.join(int8_kernel.variants())})"
+            )
+        variant = variant or int8_kernel.variants()[0]
+        use_int8_kernel(self.talker, True, variant)
         if wanted is None:
-            self.int8_kernel_timing = int8_kernel_faster(self.talker)
+            self.int8_kernel_timing = {**int8_kernel_faster(self.talker), "variant": variant}
             if not self.int8_kernel_timing["voxcast"]:
                 use_int8_kernel(self.talker, False)
                 return False
+        self.int8_variant = variant
         return True
 
     def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
@@ -215,6 +224,7 @@ class Qwen3TTS:
         onednn_rows: bool | None = None,
         row_parts: int | None = None,
         int8_kernel: bool | None = None,
+        int8_variant: str | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -243,6 +253,8 @@ class Qwen3TTS:
             int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`.quant.KERNEL_ROWS`)
                 on voxcast's kernel (True, where it builds), on fbgemm (False), or whichever
                 measures faster at load (None; :mod:`.int8_kernel`).
+            int8_variant: the kernel's variant (:data:`.int8_kernel.VARIANTS`; default: the fastest
+                this CPU runs).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -277,6 +289,7 @@ class Qwen3TTS:
             onednn_rows=onednn_rows,
             row_parts=row_parts,
             int8_kernel=int8_kernel,
+            int8_variant=int8_variant,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -10,8 +10,8 @@ its device/dtype; one matrix per frame) stay in float32, embeddings as loaded (f
 stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
 
 Decode rows (one stream's step, the code predictor's two-position first step) can run on voxcast's
-own kernel instead (:mod:`.int8_kernel`: float32 activations, the same int8 weights and scales, read
-nearer memory bandwidth). Each quantized Linear is an :class:`Int8Linear` holding both; the model
+own kernel instead (:mod:`.int8_kernel`: the same int8 weights and scales, activations rounded far
+less than fbgemm's 8 bits, read nearer memory bandwidth). Each quantized Linear is an :class:`Int8Linear` holding both; the model
 measures at load which is faster (:func:`int8_kernel_faster`) and sets :attr:`Int8Linear.kernel_rows`.
 Prefills and wider batches keep fbgemm, whose integer GEMM is the faster for many rows.
 """
@@ -91,27 +91,33 @@ class Int8Linear(nn.Module):
         self.packed: Tensor | None = None
         self.scale: Tensor | None = None
         self.bias: Tensor | None = None
+        #: The kernel variant :attr:`packed` is laid out for (:data:`.int8_kernel.VARIANTS`).
+        self.variant: str | None = None
 
-    def pack_kernel(self) -> bool:
-        """Prepare the kernel's copy of the weights; False where its shape or scheme does not fit."""
-        if self.in_features % 8:
+    def pack_kernel(self, variant: str | None = None) -> bool:
+        """Prepare the kernel's copy of the weights for a variant (default: this CPU's fastest); False
+        where its shape or scheme does not fit."""
+        variant = variant or int8_kernel.variants()[0]
+        if self.in_features % (8 if variant == "avx2" else 4):
             return False
         weight, bias = self.q._weight_bias()
         per_channel = (torch.per_channel_affine, torch.per_channel_symmetric)
         if weight.qscheme() not in per_channel or bool(weight.q_per_channel_zero_points().any()):
             return False
-        self.packed = int8_kernel.pack(weight.int_repr())
+        self.packed = int8_kernel.pack(weight.int_repr(), variant)
+        self.variant = variant
         self.scale = weight.q_per_channel_scales().float().contiguous()
         self.bias = None if bias is None else bias.detach().float().contiguous()
         return True
 
     def drop_kernel(self) -> None:
         self.packed = self.scale = self.bias = None
+        self.variant = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.packed is not None and x.numel() <= self.kernel_rows * self.in_features:
             assert self.scale is not None
-            return int8_kernel.linear(x, self.packed, self.scale, self.bias)
+            return int8_kernel.linear(x, self.packed, self.scale, self.bias, self.variant)
         return self.q(x)
 
 
@@ -149,15 +155,15 @@ def quantize_int8(talker: Talker) -> None:
     )
 
 
-def use_int8_kernel(module: nn.Module, on: bool) -> int:
+def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> int:
     """Pack (on) or drop (off) every :class:`Int8Linear`'s kernel weights and route up to
     :data:`KERNEL_ROWS` rows to the kernel; returns how many Linears use it. Needs
-    :func:`.int8_kernel.load` to have succeeded for ``on``.
+    :func:`.int8_kernel.load` to have succeeded for ``on``; ``variant`` defaults to the CPU's fastest.
     """
     n = 0
     for m in module.modules():
         if isinstance(m, Int8Linear):
-            if on and m.pack_kernel():
+            if on and m.pack_kernel(variant):
                 n += 1
             else:
                 m.drop_kernel()
@@ -185,7 +191,7 @@ def int8_kernel_faster(talker: Talker, reps: int = 6, margin: float = 0.95) -> d
         for m in linears:
             assert m.packed is not None and m.scale is not None
             if kernel:
-                int8_kernel.linear(x, m.packed, m.scale, m.bias)
+                int8_kernel.linear(x, m.packed, m.scale, m.bias, m.variant)
             else:
                 m.q(x)
 
