@@ -106,38 +106,56 @@ at::Tensor int8_pack(const at::Tensor& w) {
   return padded.view({NP / R, R, K / KS, KS}).permute({0, 2, 1, 3}).contiguous().view({NP / R, R * K});
 }
 
+// A call's checked arguments: x as [M, K] rows, the output [M, N] and the bias pointer (or null).
+struct Call {
+  at::Tensor x2, y, bias_c;
+  const float* bias = nullptr;
+  int64_t M = 0, K = 0, N = 0;
+  std::vector<int64_t> sizes;  // x's leading dimensions, then N
+
+  // name: the op (for messages); block_outputs / block_bytes: the layout's outputs per block and
+  // bytes per block for K inputs; inputs_step: K must be a multiple of it.
+  Call(const char* name, const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
+       const std::optional<at::Tensor>& b, int64_t block_outputs, int64_t (*block_bytes)(int64_t),
+       int64_t inputs_step) {
+    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, name, ": x must be float32 on the CPU");
+    TORCH_CHECK(packed.scalar_type() == at::kChar && packed.dim() == 2 && packed.is_contiguous(), name,
+                ": packed must come from the same variant's pack");
+    TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous(), name,
+                ": scale must be a contiguous float32 vector");
+    K = x.size(-1);
+    N = scale.size(0);
+    TORCH_CHECK(K % inputs_step == 0 && packed.size(1) == block_bytes(K) &&
+                    packed.size(0) == (N + block_outputs - 1) / block_outputs,
+                name, ": packed weight does not match x's inputs and scale's outputs");
+    if (b.has_value()) {
+      bias_c = b->contiguous();
+      TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, name, ": bad bias");
+      bias = bias_c.data_ptr<float>();
+    }
+    x2 = x.reshape({-1, K}).contiguous();
+    M = x2.size(0);
+    sizes = x.sizes().vec();
+    sizes.back() = N;
+    y = at::empty({M, N}, x.options());
+  }
+};
+
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                        const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(cpu_supported(), "int8_linear: this CPU lacks AVX2/FMA");
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "int8_linear: x must be float32 on the CPU");
-  TORCH_CHECK(packed.scalar_type() == at::kChar && packed.dim() == 2 && packed.is_contiguous(),
-              "int8_linear: packed must come from int8_pack");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous(),
-              "int8_linear: scale must be a contiguous float32 vector");
-  const int64_t K = x.size(-1), N = scale.size(0);
-  TORCH_CHECK(packed.size(1) == R * K && packed.size(0) == (N + R - 1) / R,
-              "int8_linear: packed weight does not match x's inputs and scale's outputs");
-  const float* b = nullptr;
-  at::Tensor bias_c;
-  if (bias.has_value()) {
-    bias_c = bias->contiguous();
-    TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, "int8_linear: bad bias");
-    b = bias_c.data_ptr<float>();
-  }
-  const auto x2 = x.reshape({-1, K}).contiguous();
-  const int64_t M = x2.size(0);
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  auto y = at::empty({M, N}, x.options());
-  const float* xp = x2.data_ptr<float>();
+  Call c("int8_linear", x, packed, scale, bias, R, [](int64_t K) { return R * K; }, KS);
+  const int64_t M = c.M, K = c.K, N = c.N;
+  const float* b = c.bias;
+  const float* xp = c.x2.data_ptr<float>();
   const int8_t* wp = packed.data_ptr<int8_t>();
   const float* sp = scale.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+  float* yp = c.y.data_ptr<float>();
   // A grain of 8 blocks (32 outputs x K inputs, >= 32 KB) keeps small matrices on one thread.
   at::parallel_for(0, packed.size(0), 8, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) block(xp, M, K, wp + i * R * K, sp, b, yp, N, i * R);
   });
-  return y.view(sizes);
+  return c.y.view(c.sizes);
 }
 
 
@@ -270,41 +288,23 @@ at::Tensor int8_vnni_pack(const at::Tensor& w) {
 at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
                             const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(vnni_supported(), "int8_vnni_linear: this CPU lacks AVX-512 VNNI");
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat,
-              "int8_vnni_linear: x must be float32 on the CPU");
-  TORCH_CHECK(packed.scalar_type() == at::kChar && packed.dim() == 2 && packed.is_contiguous(),
-              "int8_vnni_linear: packed must come from int8_vnni_pack");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous(),
-              "int8_vnni_linear: scale must be a contiguous float32 vector");
-  const int64_t K = x.size(-1), N = scale.size(0);
-  TORCH_CHECK(K % VK == 0 && packed.size(1) == V * K + V * 4 && packed.size(0) == (N + V - 1) / V,
-              "int8_vnni_linear: packed weight does not match x's inputs and scale's outputs");
-  const float* b = nullptr;
-  at::Tensor bias_c;
-  if (bias.has_value()) {
-    bias_c = bias->contiguous();
-    TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, "int8_vnni_linear: bad bias");
-    b = bias_c.data_ptr<float>();
-  }
-  const auto x2 = x.reshape({-1, K}).contiguous();
-  const int64_t M = x2.size(0);
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  auto y = at::empty({M, N}, x.options());
+  Call c("int8_vnni_linear", x, packed, scale, bias, V, [](int64_t K) { return V * K + V * 4; }, VK);
+  const int64_t M = c.M, K = c.K, N = c.N;
+  const float* b = c.bias;
   std::vector<uint8_t> planes(static_cast<size_t>(2 * M * K));
   std::vector<double> step(static_cast<size_t>(M));
-  const float* xp = x2.data_ptr<float>();
+  const float* xp = c.x2.data_ptr<float>();
   uint8_t* hi = planes.data();
   uint8_t* lo = hi + M * K;
   for (int64_t i = 0; i < M; ++i) step[i] = round_row(xp + i * K, K, hi + i * K, lo + i * K);
   const int8_t* wp = packed.data_ptr<int8_t>();
   const int64_t stride = packed.size(1);
   const float* sp = scale.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+  float* yp = c.y.data_ptr<float>();
   at::parallel_for(0, packed.size(0), 1, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) vnni_block(hi, lo, M, K, wp + i * stride, step.data(), sp, b, yp, N, i * V);
   });
-  return y.view(sizes);
+  return c.y.view(c.sizes);
 }
 
 bool int8_supported() { return cpu_supported(); }
