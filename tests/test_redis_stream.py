@@ -22,11 +22,10 @@ from voxcast.serving.redis_stream import (
 ALL_BYTES = bytes(range(256))
 
 
-def _publish(pub: StreamPublisher, n: int, *, delay_s: float = 0.0) -> None:
+def _publish(pub: StreamPublisher, n: int) -> None:
     pub.start({"request_id": "r1", "format": "pcm", "attempt": 1})
     for i in range(n):
         pub.chunk(i, ALL_BYTES * (i + 1), format="pcm", sample_rate=24000, t_ms=80.0 * i, frames=1)
-        time.sleep(delay_s)
     pub.eos({"request_id": "r1", "audio_key": "audio/x", "timing": {"ttfa_ms": 12.5}})
 
 
@@ -52,18 +51,33 @@ def test_late_reader_replays_everything_binary_safe(redis_client: redis.Redis) -
 
 
 def test_live_reader_sees_entries_as_they_are_written(redis_client: redis.Redis) -> None:
+    """The publisher writes each chunk only once the reader has the one before (a handshake, no
+    timing threshold): a reader that waited for the end would leave the publisher stuck."""
     key = stream_key("live")
     got: list[StreamEntry] = []
-    reader = threading.Thread(target=lambda: got.extend(follow(redis_client, key, block_ms=50)))
+    arrived = threading.Condition()
+
+    def read() -> None:
+        for e in follow(redis_client, key, block_ms=50):
+            with arrived:
+                got.append(e)
+                arrived.notify_all()
+
+    reader = threading.Thread(target=read)
     reader.start()
-    time.sleep(0.1)  # reader is blocked on a stream that does not exist yet
-    _publish(StreamPublisher(redis_client, key), 4, delay_s=0.05)
-    reader.join(timeout=5)
+    pub = StreamPublisher(redis_client, key)
+    pub.start({"request_id": "r1", "format": "pcm", "attempt": 1})  # the reader was waiting for the stream
+    for i in range(4):
+        with arrived:
+            assert arrived.wait_for(lambda i=i: len(got) == i + 1, timeout=10), f"entry {i} not seen live"
+        pub.chunk(i, ALL_BYTES * (i + 1), format="pcm", sample_rate=24000, t_ms=80.0 * i, frames=1)
+    with arrived:
+        assert arrived.wait_for(lambda: len(got) == 5, timeout=10), "last chunk not seen live"
+    pub.eos({"request_id": "r1", "audio_key": "audio/x", "timing": {"ttfa_ms": 12.5}})
+    reader.join(timeout=10)
     assert not reader.is_alive()
-    assert len(got) == 6 and got[-1].type is EntryType.EOS
-    # each chunk was received before the next one was written (50 ms apart)
-    for e in got[1:-1]:
-        assert e.received_ts - e.ts < 0.05
+    assert [e.type for e in got] == [EntryType.START] + [EntryType.CHUNK] * 4 + [EntryType.EOS]
+    assert [e.seq for e in got[1:-1]] == [0, 1, 2, 3]
 
 
 def test_maxlen_is_exact_and_ttls_follow_the_lifecycle(redis_client: redis.Redis) -> None:
