@@ -96,14 +96,24 @@ __attribute__((target("avx2,fma"))) void block(const float* x, int64_t M, int64_
   for (; m < M; ++m) tile<1, 4, 0>(x + m * K, K, wb, scale, bias, y + m * N, N, valid);
 }
 
-at::Tensor int8_pack(const at::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2, "int8_pack: expected an int8 [N, K] weight");
-  TORCH_CHECK(w.size(1) % KS == 0, "int8_pack: inputs (", w.size(1), ") must be a multiple of ", KS);
-  const int64_t N = w.size(0), K = w.size(1), NP = (N + R - 1) / R * R;
-  auto padded = at::zeros({NP, K}, w.options());
+// An int8 [N, K] weight, zero-padded to whole blocks of `outputs` rows, as [N / outputs, K / step,
+// outputs, step] (one row per block); the rows it padded in stay in `padded`. Checks name the op.
+at::Tensor blocked(const char* name, const at::Tensor& w, int64_t outputs, int64_t step, at::Tensor& padded) {
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2, name, ": expected an int8 [N, K] weight");
+  TORCH_CHECK(w.size(1) % step == 0, name, ": inputs (", w.size(1), ") must be a multiple of ", step);
+  const int64_t N = w.size(0), K = w.size(1), NP = (N + outputs - 1) / outputs * outputs;
+  padded = at::zeros({NP, K}, w.options());
   padded.narrow(0, 0, N).copy_(w);
-  // [NP / R, R, K / KS, KS] -> [NP / R, K / KS, R, KS]
-  return padded.view({NP / R, R, K / KS, KS}).permute({0, 2, 1, 3}).contiguous().view({NP / R, R * K});
+  // [NP / o, o, K / s, s] -> [NP / o, K / s, o, s]
+  return padded.view({NP / outputs, outputs, K / step, step})
+      .permute({0, 2, 1, 3})
+      .contiguous()
+      .view({NP / outputs, outputs * K});
+}
+
+at::Tensor int8_pack(const at::Tensor& w) {
+  at::Tensor padded;
+  return blocked("int8_pack", w, R, KS, padded);
 }
 
 // A call's checked arguments: x as [M, K] rows, the output [M, N] and the bias pointer (or null).
@@ -273,15 +283,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const uin
 }
 
 at::Tensor int8_vnni_pack(const at::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2, "int8_vnni_pack: expected an int8 [N, K] weight");
-  TORCH_CHECK(w.size(1) % VK == 0, "int8_vnni_pack: inputs (", w.size(1), ") must be a multiple of ", VK);
-  TORCH_CHECK(w.size(1) <= VNNI_MAX_K, "int8_vnni_pack: at most ", VNNI_MAX_K, " inputs, not ", w.size(1));
-  const int64_t N = w.size(0), K = w.size(1), NP = (N + V - 1) / V * V;
-  auto padded = at::zeros({NP, K}, w.options());
-  padded.narrow(0, 0, N).copy_(w);
-  // [NP / V, V, K / VK, VK] -> [NP / V, K / VK, V, VK], then each block's column sums as int32 bytes
-  auto weights = padded.view({NP / V, V, K / VK, VK}).permute({0, 2, 1, 3}).contiguous().view({NP / V, V * K});
-  auto sums = padded.sum(1, /*keepdim=*/false, at::kInt).view({NP / V, V}).contiguous().view(at::kChar);
+  TORCH_CHECK(w.dim() != 2 || w.size(1) <= VNNI_MAX_K, "int8_vnni_pack: at most ", VNNI_MAX_K, " inputs, not ",
+              w.size(1));
+  at::Tensor padded;
+  auto weights = blocked("int8_vnni_pack", w, V, VK, padded);
+  // then each block's column sums, as int32 bytes
+  auto sums = padded.sum(1, /*keepdim=*/false, at::kInt).view({-1, V}).contiguous().view(at::kChar);
   return at::cat(std::vector<at::Tensor>{weights, sums}, 1).contiguous();
 }
 

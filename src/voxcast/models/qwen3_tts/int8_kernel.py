@@ -37,6 +37,7 @@ from torch import Tensor
 
 __all__ = [
     "CFLAGS",
+    "INPUT_MULTIPLE",
     "KERNEL_DIR_ENV",
     "SOURCE",
     "VARIANTS",
@@ -44,6 +45,7 @@ __all__ = [
     "linear",
     "load",
     "pack",
+    "resolve",
     "variants",
 ]
 
@@ -58,6 +60,8 @@ KERNEL_DIR_ENV = "VOXCAST_KERNEL_DIR"
 CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 #: The kernel's variants, fastest first.
 VARIANTS = ("vnni", "avx2")
+#: A variant's weights need a number of inputs that is a multiple of this.
+INPUT_MULTIPLE = {"vnni": 4, "avx2": 8}
 _OPS = {"vnni": ("int8_vnni_pack", "int8_vnni_linear"), "avx2": ("int8_pack", "int8_linear")}
 
 
@@ -108,19 +112,29 @@ def variants() -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if v == "avx2" or bool(torch.ops.voxcast.int8_vnni_supported()))
 
 
-def _variant(variant: str | None) -> str:
+def resolve(variant: str | None) -> str:
+    """``variant``, or this CPU's fastest for None.
+
+    Raises:
+        ValueError: not a variant, or one this CPU does not run.
+        RuntimeError: the kernel cannot be built or run here at all.
+    """
     if variant is not None and variant not in VARIANTS:
-        raise ValueError(f"int8 kernel variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+        raise ValueError(f"int8 kernel variant {variant!r} is not one of {', '.join(VARIANTS)}")
     runs = variants()
     if not runs:
         raise RuntimeError("voxcast's int8 kernel cannot be built or run here (see the log)")
+    if variant is not None and variant not in runs:
+        raise ValueError(
+            f"int8 kernel variant {variant!r} does not run on this CPU (it runs: {', '.join(runs)})"
+        )
     return variant or runs[0]
 
 
 def pack(weight: Tensor, variant: str | None = None) -> Tensor:
-    """An int8 [N, K] weight in a variant's layout (default: this CPU's fastest); :func:`load` must
-    have succeeded. K must be a multiple of 8 (avx2) or 4 (vnni)."""
-    return getattr(torch.ops.voxcast, _OPS[_variant(variant)][0])(weight.contiguous())
+    """An int8 [N, K] weight in a variant's layout (default: this CPU's fastest); K must be a multiple
+    of the variant's :data:`INPUT_MULTIPLE`."""
+    return getattr(torch.ops.voxcast, _OPS[resolve(variant)][0])(weight.contiguous())
 
 
 def linear(
@@ -128,4 +142,4 @@ def linear(
 ) -> Tensor:
     """``x @ (W * scale[:, None]).T + bias`` for x [..., K] float32, W packed by :func:`pack` for the
     same variant."""
-    return getattr(torch.ops.voxcast, _OPS[_variant(variant)][1])(x, packed, scale, bias)
+    return getattr(torch.ops.voxcast, _OPS[resolve(variant)][1])(x, packed, scale, bias)

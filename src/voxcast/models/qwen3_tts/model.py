@@ -169,12 +169,7 @@ class Qwen3TTS:
 
         if wanted is False or not int8_kernel.load():
             return False
-        if variant is not None and variant not in int8_kernel.variants():
-            raise ValueError(
-                f"int8 kernel variant {variant!r} does not run on this CPU "
-                f"(it runs: {', '.join(int8_kernel.variants())})"
-            )
-        variant = variant or int8_kernel.variants()[0]
+        variant = int8_kernel.resolve(variant)
         use_int8_kernel(self.talker, True, variant)
         if wanted is None:
             self.int8_kernel_timing = {**int8_kernel_faster(self.talker), "variant": variant}

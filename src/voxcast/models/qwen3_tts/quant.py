@@ -11,8 +11,9 @@ stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
 
 Decode rows (one stream's step, the code predictor's two-position first step) can run on voxcast's
 own kernel instead (:mod:`.int8_kernel`: the same int8 weights and scales, activations rounded far
-less than fbgemm's 8 bits, read nearer memory bandwidth). Each quantized Linear is an :class:`Int8Linear` holding both; the model
-measures at load which is faster (:func:`int8_kernel_faster`) and sets :attr:`Int8Linear.kernel_rows`.
+less than fbgemm's 8 bits, read nearer memory bandwidth). Each quantized Linear is an
+:class:`Int8Linear` holding both; the model measures at load which is faster
+(:func:`int8_kernel_faster`) and sets :attr:`Int8Linear.kernel_rows`.
 Prefills and wider batches keep fbgemm, whose integer GEMM is the faster for many rows.
 """
 
@@ -97,8 +98,8 @@ class Int8Linear(nn.Module):
     def pack_kernel(self, variant: str | None = None) -> bool:
         """Prepare the kernel's copy of the weights for a variant (default: this CPU's fastest); False
         where its shape or scheme does not fit."""
-        variant = variant or int8_kernel.variants()[0]
-        if self.in_features % (8 if variant == "avx2" else 4):
+        variant = int8_kernel.resolve(variant)
+        if self.in_features % int8_kernel.INPUT_MULTIPLE[variant]:
             return False
         weight, bias = self.q._weight_bias()
         per_channel = (torch.per_channel_affine, torch.per_channel_symmetric)
