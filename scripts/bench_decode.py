@@ -10,7 +10,7 @@ one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
-        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-avx2|both] [--threads N]
+        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-VARIANT|both] [--threads N]
 
 Writes ``bench-results/decode-<size>.json``.
 """
@@ -158,8 +158,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         kw["onednn_rows"] = args.rows_kernel == "onednn"
     if args.quant == "int8" and args.int8_kernel != "auto":
         kw["int8_kernel"] = args.int8_kernel != "pytorch"
-        if args.int8_kernel == "voxcast-avx2":
-            kw["int8_variant"] = "avx2"
+        if args.int8_kernel.startswith("voxcast-"):
+            kw["int8_variant"] = args.int8_kernel.removeprefix("voxcast-")
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     out["int8_kernel"] = getattr(model, "int8_kernel", None)
@@ -383,6 +383,11 @@ def _median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
+#: voxcast's int8 kernel variants (``int8_kernel.VARIANTS``, named here because a worker may run an
+#: older source that has fewer).
+_KERNEL_VARIANTS = ("vnni", "avx2")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="tiny", help="tiny | 0.6b")
@@ -411,9 +416,9 @@ def main() -> None:
     p.add_argument(
         "--int8-kernel",
         default="auto",
-        choices=["auto", "pytorch", "voxcast", "voxcast-avx2", "both"],
+        choices=["auto", "pytorch", "voxcast", *(f"voxcast-{v}" for v in _KERNEL_VARIANTS), "both"],
         help="int8 decode rows: measured at load (auto), fbgemm, voxcast's kernel (its fastest variant, "
-        "or its AVX2 one), or all timed (both)",
+        "or the one named), or fbgemm and every variant this CPU runs, timed (both)",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
@@ -436,11 +441,10 @@ def main() -> None:
         variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none", "auto"), **variants}
     if args.quant != "none" and args.int8_kernel == "both":
         variants[f"{args.quant} fbgemm"] = (cur, args.quant, "pytorch")
-        variants[f"{args.quant} voxcast"] = (cur, args.quant, "voxcast")
         from voxcast.models.qwen3_tts import int8_kernel
 
-        if int8_kernel.variants()[:1] == ("vnni",):  # the AVX2 variant too, for the VNNI one's gain
-            variants[f"{args.quant} voxcast-avx2"] = (cur, args.quant, "voxcast-avx2")
+        for v in int8_kernel.variants():  # every variant this CPU runs, the default first
+            variants[f"{args.quant} voxcast-{v}"] = (cur, args.quant, f"voxcast-{v}")
     elif args.quant != "none":
         variants[args.quant] = (cur, args.quant, args.int8_kernel)
     rows: dict[str, list[dict]] = {k: [] for k in variants}
