@@ -77,6 +77,10 @@ class EngineConfig:
         int8_kernel: with int8 weights, decode rows on voxcast's own kernel: "auto" (where it builds
             and measures faster than fbgemm at load), "on" (where it builds) or "off"
             (``VOXCAST_INT8_KERNEL``).
+        fused_ops: float32 RMSNorms and q/k norm + rotary embeddings as single C++ operations
+            (``voxcast.models.qwen3_tts.decode_ops``; 0.86x the int8 frame time on an AMD Zen 3):
+            "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
+            bit-exact) or "off" (``VOXCAST_FUSED_OPS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
             (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
             prefill; later ones equal it up to float rounding.
@@ -118,6 +122,7 @@ class EngineConfig:
     max_active: int = 8
     quant: str = "none"
     int8_kernel: str = "auto"
+    fused_ops: str = "auto"
     prefix_cache: bool = True
     compile: str = "off"
     decode_thread: str = "auto"
@@ -135,6 +140,8 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
         if self.int8_kernel not in {"off", "on", "auto"}:
             raise ValueError(f"VOXCAST_INT8_KERNEL must be on, off or auto, not {self.int8_kernel!r}")
+        if self.fused_ops not in {"off", "on", "auto"}:
+            raise ValueError(f"VOXCAST_FUSED_OPS must be on, off or auto, not {self.fused_ops!r}")
         if self.codec_dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(
                 f"VOXCAST_CODEC_DTYPE must be auto, float32 or bfloat16, not {self.codec_dtype!r}"
@@ -168,6 +175,7 @@ class EngineConfig:
             max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
             quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
             int8_kernel=_on_off_auto(env, "VOXCAST_INT8_KERNEL", d.int8_kernel),
+            fused_ops=_on_off_auto(env, "VOXCAST_FUSED_OPS", d.fused_ops),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),

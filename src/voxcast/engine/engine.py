@@ -112,6 +112,7 @@ class Engine:
                 dtype=_DTYPES[precision.model],
                 quant=config.quant,
                 int8_kernel={"auto": None, "on": True, "off": False}[config.int8_kernel],
+                fused_ops={"auto": None, "on": True, "off": False}[config.fused_ops],
                 prefix_cache=config.prefix_cache,
                 compile=config.resolved_compile(),
                 codec_dtype=_DTYPES[precision.codec],

@@ -29,6 +29,7 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
         "int8_kernel": getattr(model, "int8_kernel", None),
         "int8_kernel_variant": getattr(model, "int8_variant", None),
         "int8_kernel_timing": getattr(model, "int8_kernel_timing", None),
+        "fused_ops": getattr(model, "fused_ops", None),
         "onednn_rows": getattr(model, "onednn_rows", None),
         "rows_kernel": getattr(model, "rows_kernel", None),
         "row_parts": getattr(model, "row_parts", None),

@@ -37,6 +37,7 @@ from torch import Tensor
 
 __all__ = [
     "CFLAGS",
+    "DECODE_OPS_SOURCE",
     "INPUT_MULTIPLE",
     "KERNEL_DIR_ENV",
     "SOURCE",
@@ -53,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 #: The C++ source.
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
+#: Built into the same library: fused element-wise steps of a decode layer (:mod:`.decode_ops`).
+DECODE_OPS_SOURCE = Path(__file__).with_name("decode_ops.cpp")
 #: Environment variable naming where built kernels are kept.
 KERNEL_DIR_ENV = "VOXCAST_KERNEL_DIR"
 #: Compiler flags. The kernel's FMAs are explicit; with contraction off the compiler adds no others,
@@ -68,7 +71,9 @@ _OPS = {"vnni": ("int8_vnni_pack", "int8_vnni_linear"), "avx2": ("int8_pack", "i
 def build_dir() -> Path:
     """Where this source's build for this PyTorch lives (a name that changes with either)."""
     root = Path(os.environ.get(KERNEL_DIR_ENV) or Path.home() / ".cache" / "voxcast" / "kernels")
-    digest = hashlib.sha256(SOURCE.read_bytes() + repr((CFLAGS, torch.__version__)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        SOURCE.read_bytes() + DECODE_OPS_SOURCE.read_bytes() + repr((CFLAGS, torch.__version__)).encode()
+    ).hexdigest()[:12]
     return root / f"int8-{digest}"
 
 
@@ -89,7 +94,7 @@ def load() -> bool:
         where.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(
             name="voxcast_int8_" + where.name.split("-", 1)[1],
-            sources=[str(SOURCE)],
+            sources=[str(SOURCE), str(DECODE_OPS_SOURCE)],
             extra_cflags=list(CFLAGS),
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -106,6 +106,7 @@ class Qwen3TTS:
         row_parts: int | None = None,
         int8_kernel: bool | None = None,
         int8_variant: str | None = None,
+        fused_ops: bool | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -126,6 +127,8 @@ class Qwen3TTS:
         self.int8_kernel_timing: dict[str, object] | None = None
         self.int8_variant: str | None = None
         self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
+        #: Norms and rotary embeddings on voxcast's fused operations (:mod:`.decode_ops`).
+        self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype)
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
@@ -179,6 +182,19 @@ class Qwen3TTS:
         self.int8_variant = variant
         return True
 
+    def _choose_fused_ops(
+        self, wanted: bool | None, quant: str, device: torch.device, dtype: torch.dtype
+    ) -> bool:
+        """Whether float32 CPU norms and rotary embeddings run fused; None = with int8 weights (float32
+        weights keep PyTorch's, bitwise the official implementation's), where the library builds."""
+        from voxcast.models.qwen3_tts import decode_ops
+
+        if wanted is False or (wanted is None and quant != "int8"):
+            return False
+        if device.type != "cpu" or dtype != torch.float32 or not decode_ops.available():
+            return False
+        return decode_ops.use_fused_ops(self.talker, True) > 0
+
     def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
         """Whether batched float32 CPU rows run on oneDNN (:mod:`.rows_linear`); None = measure it."""
         if not fp32_cpu or not onednn_available():
@@ -220,6 +236,7 @@ class Qwen3TTS:
         row_parts: int | None = None,
         int8_kernel: bool | None = None,
         int8_variant: str | None = None,
+        fused_ops: bool | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -250,6 +267,9 @@ class Qwen3TTS:
                 measures faster at load (None; :mod:`.int8_kernel`).
             int8_variant: the kernel's variant (:data:`.int8_kernel.VARIANTS`; default: the fastest
                 this CPU runs).
+            fused_ops: float32 on the CPU: run RMSNorms and the q/k norm + rotary embedding as
+                single C++ operations (:mod:`.decode_ops`; not bit-exact). None: with
+                ``quant="int8"`` only, where the library builds.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -285,6 +305,7 @@ class Qwen3TTS:
             row_parts=row_parts,
             int8_kernel=int8_kernel,
             int8_variant=int8_variant,
+            fused_ops=fused_ops,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

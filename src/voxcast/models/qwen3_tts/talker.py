@@ -42,12 +42,16 @@ __all__ = [
 class RMSNorm(nn.Module):
     """Root-mean-square norm, computed in float32 and cast back before the weight (as Qwen3)."""
 
+    fused = False  # float32 rows on voxcast::rms_norm (see .decode_ops)
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.fused and x.dtype == torch.float32:
+            return torch.ops.voxcast.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32:  # the same ops without two no-op conversions
             return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         h = x.to(torch.float32)
@@ -106,6 +110,7 @@ class Attention(nn.Module):
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
+    fused = False  # float32 q/k norm + rotary embedding on voxcast::norm_rope (see .decode_ops)
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool) -> None:
         super().__init__()
@@ -142,6 +147,11 @@ class Attention(nn.Module):
         # x: [B, L, hidden]; cos/sin: [B or 1, 1, L, D] -> q [B, H, L, D], k/v [B, Hkv, L, D]
         b, n, _ = x.shape
         q, k, v = self._project(x)
+        if self.fused and q.dtype == torch.float32:
+            hd, nq, nk = self.head_dim, self.q_norm, self.k_norm
+            q = torch.ops.voxcast.norm_rope(q, nq.weight, cos, sin, nq.eps, hd)
+            k = torch.ops.voxcast.norm_rope(k, nk.weight, cos, sin, nk.eps, hd)
+            return q, k, v.view(b, n, -1, hd).transpose(1, 2)
         q = self.q_norm(q.view(b, n, -1, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(b, n, -1, self.head_dim)).transpose(1, 2)
         v = v.view(b, n, -1, self.head_dim).transpose(1, 2)

@@ -1,0 +1,48 @@
+"""Fused element-wise steps of a decoder layer for float32 on the CPU (C++, ``decode_ops.cpp``).
+
+A decode step's vectors are a few KB, so an RMSNorm (~7 PyTorch operations) or a rotary embedding
+(~7 more) costs its dispatch, ~2-3 us an operation on these CPUs, not its arithmetic; a frame runs
+~100 decoder layers with four norms and two rotary embeddings each. Two C++ operations replace them:
+
+- ``voxcast::rms_norm(x, w, eps)``: :class:`.talker.RMSNorm`.
+- ``voxcast::norm_rope(x, w, cos, sin, eps, head_dim)``: the per-head q/k norm and the rotary
+  embedding of :class:`.talker.Attention`, from the fused projection's view straight to the
+  ``[B, H, L, D]`` layout attention takes.
+
+The sum of squares is accumulated in double rather than PyTorch's float32, so values differ from the
+eager operations in the last bits: they are on with int8 weights (not bit-exact anyway) and off for
+float32 weights, whose decode matches the official implementation bitwise. They are built into the
+int8 kernel's library (:func:`.int8_kernel.load`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from voxcast.models.qwen3_tts import int8_kernel
+from voxcast.models.qwen3_tts.talker import Attention, RMSNorm
+
+__all__ = ["available", "use_fused_ops"]
+
+
+def available() -> bool:
+    """Whether the operations are built and loaded (x86-64 with AVX2 and a C++ compiler)."""
+    return int8_kernel.load()
+
+
+def use_fused_ops(module: nn.Module, on: bool) -> int:
+    """Run every float32 :class:`.talker.RMSNorm` and :class:`.talker.Attention`'s q/k norm and
+    rotary embedding in ``module`` on the fused operations (on) or PyTorch's (off); returns how many
+    modules switched. ``on`` needs :func:`available`."""
+    n = 0
+    for m in module.modules():
+        if isinstance(m, RMSNorm):
+            m.fused = on and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
+        elif isinstance(m, Attention):
+            w = m.q_norm.weight
+            m.fused = on and w.dtype == torch.float32 and w.device.type == "cpu"
+        else:
+            continue
+        n += int(m.fused)
+    return n

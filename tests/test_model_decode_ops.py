@@ -1,0 +1,137 @@
+"""voxcast's fused decode operations (:mod:`voxcast.models.qwen3_tts.decode_ops`): the RMSNorm and the
+q/k norm + rotary embedding against PyTorch's operations, rows independent, bad inputs refused, and
+the model's choice (on with int8 weights, off for float32 weights, whose parity with the official
+implementation is bitwise), eager and recorded steps alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from voxcast.config import EngineConfig
+from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts import decode_ops
+from voxcast.models.qwen3_tts.model import Qwen3TTS
+from voxcast.models.qwen3_tts.talker import Attention, RMSNorm, _rotate_half
+
+pytestmark = pytest.mark.skipif(
+    not decode_ops.available(), reason="the fused operations cannot be built here"
+)
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def _norm(dim: int, seed: int = 0) -> RMSNorm:
+    norm = RMSNorm(dim, 1e-6)
+    with torch.no_grad():
+        norm.weight.normal_(generator=torch.Generator().manual_seed(seed))
+    return norm
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1024), (2, 3, 1024), (5, 128), (7,), (3, 1, 2, 37)])
+def test_rms_norm_equals_pytorch(shape: tuple[int, ...]) -> None:
+    norm = _norm(shape[-1])
+    x = torch.randn(shape) * 3
+    with torch.inference_mode():
+        fused = torch.ops.voxcast.rms_norm(x, norm.weight, norm.eps)
+        torch.testing.assert_close(fused, norm(x), rtol=2e-6, atol=2e-6)
+        assert fused.shape == x.shape and fused.dtype == torch.float32
+
+
+def test_rms_norm_rows_are_independent_and_strides_kept() -> None:
+    norm = _norm(64)
+    x = torch.randn(9, 128)[:, ::2]  # not contiguous
+    with torch.inference_mode():
+        whole = torch.ops.voxcast.rms_norm(x, norm.weight, norm.eps)
+        alone = torch.cat([torch.ops.voxcast.rms_norm(x[i : i + 1], norm.weight, norm.eps) for i in range(9)])
+        assert torch.equal(whole, alone)
+        zero = torch.ops.voxcast.rms_norm(torch.zeros(1, 64), norm.weight, norm.eps)
+        assert torch.equal(zero, torch.zeros(1, 64))
+
+
+def _eager_norm_rope(
+    x: torch.Tensor, norm: RMSNorm, cos: torch.Tensor, sin: torch.Tensor, d: int
+) -> torch.Tensor:
+    b, n, _ = x.shape
+    h = norm(x.view(b, n, -1, d)).transpose(1, 2)
+    return h * cos + _rotate_half(h) * sin
+
+
+@pytest.mark.parametrize(
+    ("b", "n", "heads", "d", "table_rows"), [(1, 1, 16, 128, 1), (3, 1, 8, 128, 3), (2, 5, 4, 64, 1)]
+)
+def test_norm_rope_equals_pytorch(b: int, n: int, heads: int, d: int, table_rows: int) -> None:
+    norm = _norm(d, seed=1)
+    fused_qkv = torch.randn(b, n, heads * d + 2 * 4 * d)
+    x = fused_qkv[..., : heads * d]  # a view of the fused projection, as in Attention
+    cos, sin = torch.randn(table_rows, 1, n, d), torch.randn(table_rows, 1, n, d)
+    with torch.inference_mode():
+        fused = torch.ops.voxcast.norm_rope(x, norm.weight, cos, sin, norm.eps, d)
+        assert fused.shape == (b, heads, n, d) and fused.is_contiguous()
+        torch.testing.assert_close(fused, _eager_norm_rope(x, norm, cos, sin, d), rtol=2e-6, atol=5e-6)
+
+
+def test_bad_inputs_name_what_is_wrong() -> None:
+    w = torch.ones(8)
+    with pytest.raises(RuntimeError, match="weight must be a contiguous float32 vector of 8"):
+        torch.ops.voxcast.rms_norm(torch.randn(2, 8), torch.ones(7), 1e-6)
+    with pytest.raises(RuntimeError, match="x must be float32"):
+        torch.ops.voxcast.rms_norm(torch.randn(2, 8, dtype=torch.float64), w, 1e-6)
+    cos = torch.ones(1, 1, 1, 8)
+    with pytest.raises(RuntimeError, match="whole heads"):
+        torch.ops.voxcast.norm_rope(torch.randn(1, 1, 20), w, cos, cos, 1e-6, 8)
+    with pytest.raises(RuntimeError, match=r"cos/sin must be float32 \[1 or B, 1, L, D\]"):
+        torch.ops.voxcast.norm_rope(torch.randn(1, 2, 16), w, cos, cos, 1e-6, 8)
+    with pytest.raises(RuntimeError, match="contiguous in its last dimension"):
+        torch.ops.voxcast.norm_rope(torch.randn(1, 1, 32)[..., ::2], w, cos, cos, 1e-6, 8)
+
+
+def _codes(model: Qwen3TTS, frames: int = 8) -> torch.Tensor:
+    gen = model.new_generator(
+        model.build_prompt(TEXT, speaker="ryan"), SamplingParams(seed=3, greedy=True), frames
+    )
+    out = []
+    while (f := gen.step()) is not None:
+        out.append(f)
+    return torch.stack(out)
+
+
+def _fused_modules(model: Qwen3TTS) -> list[bool]:
+    return [bool(m.fused) for m in model.talker.modules() if isinstance(m, (RMSNorm, Attention))]
+
+
+def test_on_with_int8_weights_off_with_float32_ones(tiny_model_dir: Any) -> None:
+    path = str(tiny_model_dir("custom_voice"))
+    int8 = Qwen3TTS.from_pretrained(path, quant="int8")
+    assert int8.fused_ops is True and all(_fused_modules(int8))
+    fp32 = Qwen3TTS.from_pretrained(path)
+    assert fp32.fused_ops is False and not any(_fused_modules(fp32))
+    off = Qwen3TTS.from_pretrained(path, quant="int8", fused_ops=False)
+    assert off.fused_ops is False and not any(_fused_modules(off))
+    # float32 weights on request: close to PyTorch's hidden states, not bitwise
+    fused_fp32 = Qwen3TTS.from_pretrained(path, fused_ops=True)
+    assert fused_fp32.fused_ops is True
+    prompt = fp32.build_prompt(TEXT, speaker="ryan")
+    with torch.inference_mode():
+        n = prompt.embeds.shape[1]
+        ref = fp32.talker(prompt.embeds, fp32.talker.new_cache(n + 1), 0)[0]
+        out = fused_fp32.talker(prompt.embeds, fused_fp32.talker.new_cache(n + 1), 0)[0]
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_recorded_steps_equal_eager_steps_with_fused_ops(tiny_model_dir: Any) -> None:
+    path = str(tiny_model_dir("custom_voice"))
+    eager = Qwen3TTS.from_pretrained(path, quant="int8")
+    traced = Qwen3TTS.from_pretrained(path, quant="int8", trace_steps=True)
+    assert eager.fused_ops and traced.fused_ops
+    assert torch.equal(_codes(eager), _codes(traced))
+
+
+def test_config_field() -> None:
+    assert EngineConfig.from_env({}).fused_ops == "auto"
+    assert EngineConfig.from_env({"VOXCAST_FUSED_OPS": "0"}).fused_ops == "off"
+    assert EngineConfig.from_env({"VOXCAST_FUSED_OPS": "ON"}).fused_ops == "on"
+    with pytest.raises(ValueError, match="VOXCAST_FUSED_OPS"):
+        EngineConfig.from_env({"VOXCAST_FUSED_OPS": "maybe"})
