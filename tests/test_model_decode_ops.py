@@ -73,6 +73,49 @@ def test_norm_rope_equals_pytorch(b: int, n: int, heads: int, d: int, table_rows
         torch.testing.assert_close(fused, _eager_norm_rope(x, norm, cos, sin, d), rtol=2e-6, atol=5e-6)
 
 
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """PyTorch's attention as :class:`.talker.Attention` runs it: queries at the cache's last positions."""
+    b, h, n, d = q.shape
+    start = k.shape[2] - n
+    mask = torch.arange(start, start + n)[:, None] >= torch.arange(start + n)[None, :]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=d**-0.5, enable_gqa=h != k.shape[1]
+    )
+    return out.transpose(1, 2).reshape(b, n, h * d)
+
+
+@pytest.mark.parametrize(
+    ("b", "heads", "kv_heads", "n", "cached", "d"),
+    [
+        (1, 16, 8, 1, 300, 128),
+        (1, 16, 8, 2, 0, 128),
+        (2, 16, 8, 1, 16, 128),
+        (1, 8, 8, 4, 37, 64),
+        (1, 4, 2, 1, 0, 64),
+    ],
+)
+def test_decode_attention_equals_pytorch(
+    b: int, heads: int, kv_heads: int, n: int, cached: int, d: int
+) -> None:
+    g = torch.Generator().manual_seed(n + cached)
+    q = torch.randn(b, heads, n, d, generator=g)
+    # the cache's filled part: a view of a longer buffer, as KVCache.update returns it
+    k = torch.randn(b, kv_heads, cached + n + 5, d, generator=g)[:, :, : cached + n]
+    v = torch.randn(b, kv_heads, cached + n + 5, d, generator=g)[:, :, : cached + n]
+    with torch.inference_mode():
+        out = torch.ops.voxcast.decode_attention(q, k, v, d**-0.5)
+        assert out.shape == (b, n, heads * d)
+        torch.testing.assert_close(out, _sdpa(q, k, v), rtol=1e-5, atol=2e-6)
+        # batch rows are independent: each equals its own call
+        alone = torch.cat(
+            [
+                torch.ops.voxcast.decode_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], d**-0.5)
+                for i in range(b)
+            ]
+        )
+        assert torch.equal(out, alone)
+
+
 def test_bad_inputs_name_what_is_wrong() -> None:
     w = torch.ones(8)
     with pytest.raises(RuntimeError, match="weight must be a contiguous float32 vector of 8"):
@@ -86,6 +129,15 @@ def test_bad_inputs_name_what_is_wrong() -> None:
         torch.ops.voxcast.norm_rope(torch.randn(1, 2, 16), w, cos, cos, 1e-6, 8)
     with pytest.raises(RuntimeError, match="contiguous in its last dimension"):
         torch.ops.voxcast.norm_rope(torch.randn(1, 1, 32)[..., ::2], w, cos, cos, 1e-6, 8)
+    q, kv = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 3, 8)
+    with pytest.raises(RuntimeError, match="must be float32"):
+        torch.ops.voxcast.decode_attention(q.double(), kv, kv, 0.3)
+    with pytest.raises(RuntimeError, match="4 query heads are not a multiple of 3"):
+        torch.ops.voxcast.decode_attention(q, torch.randn(1, 3, 3, 8), torch.randn(1, 3, 3, 8), 0.3)
+    with pytest.raises(RuntimeError, match="at least as many cached positions"):
+        torch.ops.voxcast.decode_attention(torch.randn(1, 4, 4, 8), kv, kv, 0.3)
+    with pytest.raises(RuntimeError, match="k and v must be"):
+        torch.ops.voxcast.decode_attention(q, kv, torch.randn(1, 2, 4, 8), 0.3)
 
 
 def _codes(model: Qwen3TTS, frames: int = 8) -> torch.Tensor:
@@ -127,6 +179,26 @@ def test_recorded_steps_equal_eager_steps_with_fused_ops(tiny_model_dir: Any) ->
     traced = Qwen3TTS.from_pretrained(path, quant="int8", trace_steps=True)
     assert eager.fused_ops and traced.fused_ops
     assert torch.equal(_codes(eager), _codes(traced))
+
+
+def test_batched_rows_equal_single_rows_with_fused_ops(tiny_model_dir: Any) -> None:
+    """The batched step's fused attention runs per row over its own cache, like a single row."""
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), fused_ops=True)
+    talker = model.talker
+    prompt = model.build_prompt(TEXT, speaker="ryan")
+    n = prompt.embeds.shape[1]
+    with torch.inference_mode():
+        caches = [talker.new_cache(n + 4) for _ in range(2)]
+        for c in caches:
+            talker(prompt.embeds, c, 0)
+        step = torch.randn(2, 1, prompt.embeds.shape[2])
+        rows = talker.forward_rows(step, caches, [n, n])[0]
+        ref_caches = [talker.new_cache(n + 4) for _ in range(2)]
+        for c in ref_caches:
+            talker(prompt.embeds, c, 0)
+        ref = torch.cat([talker(step[i : i + 1], ref_caches[i], n)[0] for i in range(2)])
+    # float32 weights batched vs one row: the projections' matmuls differ in the last bits
+    torch.testing.assert_close(rows, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_config_field() -> None:

@@ -100,6 +100,11 @@ def _interleave(table: Tensor, section: tuple[int, ...]) -> Tensor:
     return torch.cat([out, out], dim=-1)
 
 
+#: Most query positions a fused attention call takes (a decode step, the code predictor's two-position
+#: first step, a short prefill chunk); longer prefills keep PyTorch's blocked attention.
+FUSED_ATTENTION_ROWS = 4
+
+
 def _rotate_half(x: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -110,7 +115,9 @@ class Attention(nn.Module):
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
-    fused = False  # float32 q/k norm + rotary embedding on voxcast::norm_rope (see .decode_ops)
+    #: float32 q/k norm + rotary embedding, and the attention of decode steps (up to
+    #: FUSED_ATTENTION_ROWS positions), on voxcast's fused operations (see .decode_ops)
+    fused = False
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool) -> None:
         super().__init__()
@@ -164,6 +171,8 @@ class Attention(nn.Module):
         b, n, _ = x.shape
         q, k, v = self._qkv_rope(x, cos, sin)
         k_all, v_all = cache.update(start, k, v)  # [B, Hkv, start + L, D]
+        if self.fused and n <= FUSED_ATTENTION_ROWS and q.dtype == torch.float32:  # straight to [B, L, H * D]
+            return self.o_proj(torch.ops.voxcast.decode_attention(q, k_all, v_all, self.head_dim**-0.5))
         mask = None
         if n > 1 and start > 0:  # a chunk after a cached prefix: causal, shifted by `start`
             rows = torch.arange(start, start + n, device=x.device)[:, None]
@@ -190,8 +199,14 @@ class Attention(nn.Module):
         b = x.shape[0]
         q, k, v = self._qkv_rope(x, cos, sin)
         outs = []
+        fused = self.fused and q.dtype == torch.float32
         for i, (cache, start) in enumerate(zip(caches, starts, strict=True)):
             k_all, v_all = cache.update(start, k[i : i + 1], v[i : i + 1])
+            if fused:  # [1, 1, H * D]
+                outs.append(
+                    torch.ops.voxcast.decode_attention(q[i : i + 1], k_all, v_all, self.head_dim**-0.5)
+                )
+                continue
             outs.append(
                 F.scaled_dot_product_attention(
                     q[i : i + 1],
@@ -201,8 +216,8 @@ class Attention(nn.Module):
                     enable_gqa=self.heads != self.kv_heads,
                 )
             )
-        out = torch.cat(outs) if b > 1 else outs[0]  # [B, H, 1, D]
-        return self.o_proj(out.transpose(1, 2).reshape(b, 1, -1))
+        out = torch.cat(outs) if b > 1 else outs[0]  # [B, H, 1, D], or [B, 1, H * D] fused
+        return self.o_proj(out if fused else out.transpose(1, 2).reshape(b, 1, -1))
 
 
 def _fuse_linears(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
