@@ -10,7 +10,8 @@ one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
-        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-VARIANT|both] [--threads N]
+        [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-VARIANT|both]
+        [--fused-ops auto|on|off|both] [--threads N]
 
 Writes ``bench-results/decode-<size>.json``.
 """
@@ -160,6 +161,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         kw["int8_kernel"] = args.int8_kernel != "pytorch"
         if args.int8_kernel.startswith("voxcast-"):
             kw["int8_variant"] = args.int8_kernel.removeprefix("voxcast-")
+    if args.fused_ops != "auto":  # (older sources have no such option)
+        kw["fused_ops"] = args.fused_ops == "on"
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     out["int8_kernel"] = getattr(model, "int8_kernel", None)
@@ -308,6 +311,7 @@ def _run(
     trace: bool = False,
     rows_kernel: str = "auto",
     int8_kernel: str = "auto",
+    fused_ops: str = "auto",
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -323,6 +327,8 @@ def _run(
         cmd += ["--rows-kernel", rows_kernel]
     if int8_kernel != "auto":
         cmd += ["--int8-kernel", int8_kernel]
+    if fused_ops != "auto":
+        cmd += ["--fused-ops", fused_ops]
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -420,6 +426,13 @@ def main() -> None:
         help="int8 decode rows: measured at load (auto), fbgemm, voxcast's kernel (its fastest variant, "
         "or the one named), or fbgemm and every variant this CPU runs, timed (both)",
     )
+    p.add_argument(
+        "--fused-ops",
+        default="auto",
+        choices=["auto", "on", "off", "both"],
+        help="norms, rotary embeddings and decode attention as voxcast's fused operations: the model's "
+        "default (auto: with int8 weights), on, off, or each int8 arm both ways (both)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -447,6 +460,13 @@ def main() -> None:
             variants[f"{args.quant} voxcast-{v}"] = (cur, args.quant, f"voxcast-{v}")
     elif args.quant != "none":
         variants[args.quant] = (cur, args.quant, args.int8_kernel)
+    fused = {k: "auto" for k in variants}
+    if args.fused_ops == "both":  # each quantized arm again without the fused operations
+        for name in [k for k, v in variants.items() if v[1] != "none"]:
+            variants[f"{name} unfused"] = variants[name]
+            fused[f"{name} unfused"] = "off"
+    elif args.fused_ops != "auto":
+        fused = {k: args.fused_ops for k in variants}
     rows: dict[str, list[dict]] = {k: [] for k in variants}
     bw, bw_dram = [], []
     for rep in range(args.reps):
@@ -470,6 +490,7 @@ def main() -> None:
                 compile=name == "compiled",
                 trace=trace,
                 int8_kernel=kernel,
+                fused_ops=fused[name],
             )
             rows[name].append(r)
             print(f"rep {rep} {name:14s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
@@ -540,6 +561,13 @@ def main() -> None:
                 f"{name} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
                 f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
             )
+    for name in [k for k in rows if k.endswith(" unfused")]:
+        on, off = rows[name.removesuffix(" unfused")], rows[name]
+        per_rep = statistics.median(a["frame_ms"] / b["frame_ms"] for a, b in zip(on, off, strict=True))
+        result.setdefault("fused_ops", {})[name.removesuffix(" unfused")] = per_rep
+        print(
+            f"{name.removesuffix(' unfused')}: fused operations {per_rep:.3f}x the frame time without (median per rep)"
+        )
     if args.quant in result.get("quant_agreements", {}):  # the key earlier results used
         result["quant_agreement"] = result["quant_agreements"][args.quant]
     if "traced" in rows:
