@@ -173,6 +173,13 @@ def test_on_with_int8_weights_off_with_float32_ones(tiny_model_dir: Any) -> None
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_off_with_compile(tiny_model_dir: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The compiled static steps trace the model's operations; the fused ones have no traceable form."""
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), fused_ops=True, compile=True)
+    assert model.fused_ops is False and not any(_fused_modules(model))
+    assert "off with compile" in caplog.text
+
+
 def test_recorded_steps_equal_eager_steps_with_fused_ops(tiny_model_dir: Any) -> None:
     path = str(tiny_model_dir("custom_voice"))
     eager = Qwen3TTS.from_pretrained(path, quant="int8")

@@ -80,7 +80,7 @@ class EngineConfig:
         fused_ops: float32 RMSNorms and q/k norm + rotary embeddings as single C++ operations
             (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3):
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
-            bit-exact) or "off" (``VOXCAST_FUSED_OPS``).
+            bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
             (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
             prefill; later ones equal it up to float rounding.

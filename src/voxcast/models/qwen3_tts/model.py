@@ -128,7 +128,7 @@ class Qwen3TTS:
         self.int8_variant: str | None = None
         self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
         #: Norms and rotary embeddings on voxcast's fused operations (:mod:`.decode_ops`).
-        self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype)
+        self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype, compile)
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
@@ -183,13 +183,19 @@ class Qwen3TTS:
         return True
 
     def _choose_fused_ops(
-        self, wanted: bool | None, quant: str, device: torch.device, dtype: torch.dtype
+        self, wanted: bool | None, quant: str, device: torch.device, dtype: torch.dtype, compile: bool
     ) -> bool:
-        """Whether float32 CPU norms and rotary embeddings run fused; None = with int8 weights (float32
-        weights keep PyTorch's, bitwise the official implementation's), where the library builds."""
+        """Whether float32 CPU norms, rotary embeddings and decode attention run fused; None = with int8
+        weights (float32 weights keep PyTorch's, bitwise the official implementation's), where the
+        library builds. Never with ``compile``: the compiled steps fuse their element-wise work
+        themselves and cannot trace into these operations."""
         from voxcast.models.qwen3_tts import decode_ops
 
         if wanted is False or (wanted is None and quant != "int8"):
+            return False
+        if compile:
+            if wanted:
+                logger.warning("fused decode operations are off with compile (the compiled steps fuse)")
             return False
         if device.type != "cpu" or dtype != torch.float32 or not decode_ops.available():
             return False
@@ -267,9 +273,10 @@ class Qwen3TTS:
                 measures faster at load (None; :mod:`.int8_kernel`).
             int8_variant: the kernel's variant (:data:`.int8_kernel.VARIANTS`; default: the fastest
                 this CPU runs).
-            fused_ops: float32 on the CPU: run RMSNorms and the q/k norm + rotary embedding as
-                single C++ operations (:mod:`.decode_ops`; not bit-exact). None: with
-                ``quant="int8"`` only, where the library builds.
+            fused_ops: float32 on the CPU: run RMSNorms, the q/k norm + rotary embedding and the
+                attention of decode steps as single C++ operations (:mod:`.decode_ops`; not
+                bit-exact). None: with ``quant="int8"`` only, where the library builds. Off with
+                ``compile``.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
