@@ -38,8 +38,8 @@ def available() -> bool:
 
 def use_fused_ops(module: nn.Module, on: bool) -> int:
     """Run every float32 :class:`.talker.RMSNorm`, and :class:`.talker.Attention`'s q/k norm, rotary
-    embedding and decode-step attention, in ``module`` on the fused operations (on) or PyTorch's (off); returns how many
-    modules switched. ``on`` needs :func:`available`."""
+    embedding and decode-step attention, in ``module`` on the fused operations (on) or PyTorch's
+    (off); returns how many modules switched. ``on`` needs :func:`available`."""
     n = 0
     for m in module.modules():
         if isinstance(m, RMSNorm):

@@ -127,7 +127,7 @@ class Qwen3TTS:
         self.int8_kernel_timing: dict[str, object] | None = None
         self.int8_variant: str | None = None
         self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
-        #: Norms and rotary embeddings on voxcast's fused operations (:mod:`.decode_ops`).
+        #: Norms, rotary embeddings and decode attention on voxcast's fused operations (:mod:`.decode_ops`).
         self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype, compile)
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
