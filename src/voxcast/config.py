@@ -77,7 +77,7 @@ class EngineConfig:
         int8_kernel: with int8 weights, decode rows on voxcast's own kernel: "auto" (where it builds
             and measures faster than fbgemm at load), "on" (where it builds) or "off"
             (``VOXCAST_INT8_KERNEL``).
-        fused_ops: float32 RMSNorms and q/k norm + rotary embeddings as single C++ operations
+        fused_ops: float32 RMSNorms, q/k norm + rotary embeddings and decode-step attention as C++ operations
             (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3):
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
             bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).

@@ -43,11 +43,11 @@ def use_fused_ops(module: nn.Module, on: bool) -> int:
     n = 0
     for m in module.modules():
         if isinstance(m, RMSNorm):
-            m.fused = on and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
+            w = m.weight
         elif isinstance(m, Attention):
             w = m.q_norm.weight
-            m.fused = on and w.dtype == torch.float32 and w.device.type == "cpu"
         else:
             continue
+        m.fused = on and w.dtype == torch.float32 and w.device.type == "cpu"
         n += int(m.fused)
     return n
