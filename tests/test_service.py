@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from voxcast.engine.engine import Engine
 from voxcast.errors import InvalidRequest, VoiceNotFound
 from voxcast.service import Service, ServiceConfig
 from voxcast.storage.base import BlobStore
+from voxcast.storage.keys import voice_keys
 
 Factory = Callable[[str], Path]
 
@@ -146,6 +148,26 @@ def test_first_audio_counts_from_the_request_including_voice_building(
     assert timing.total_ms >= timing.ttfa_ms
 
 
+def test_a_new_reference_is_served_before_its_voice_reaches_the_store(
+    base_engine: Engine, blob_store: BlobStore
+) -> None:
+    service = Service.assemble(ServiceConfig(), base_engine, blob_store)
+    gate = threading.Event()
+    service.voices._writer.submit(_holding(gate))  # type: ignore[union-attr]  # a slow store
+    t = np.arange(30000) / 24000  # a reference no other test registers
+    buf = io.BytesIO()
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 210 * t), 24000, format="WAV")
+    req = {"text": "Hi.", "ref_audio": base64.b64encode(buf.getvalue()).decode(), "ref_text": "Mine."}
+    stream = service.synthesize({**req, "max_frames": 3, "cache": False})
+    assert list(stream)  # the whole request ran while the voice's write waited
+    vid = stream.result.voice_id
+    assert vid is not None and not blob_store.exists(voice_keys(base_engine.identity, vid)[0])
+    gate.set()
+    assert service.voices.close(timeout=30)
+    assert blob_store.exists(voice_keys(base_engine.identity, vid)[0])
+    assert service.register_voice(buf.getvalue(), ref_text="Mine.") == vid  # stored: nothing to build
+
+
 def test_clone_on_custom_voice_is_refused(service: Service) -> None:
     with pytest.raises(InvalidRequest) as info:
         list(service.synthesize({"text": "Hi", "ref_audio": base64.b64encode(_ref_audio()).decode()}))
@@ -162,3 +184,12 @@ def test_storage_outage_never_fails_synthesis(cv_engine: Engine, s3_server, s3_s
     assert len(data) > 0
     assert result.audio_key is None and result.cache_error
     assert not result.timing.cache_hit
+
+
+def _holding(gate: threading.Event) -> Callable[[], None]:
+    """A background-writer job that holds the writer until ``gate`` is set (a store that is slow)."""
+
+    def hold() -> None:
+        gate.wait(30)
+
+    return hold

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,3 +228,78 @@ def test_ensure_repairs_a_corrupt_prompt(blob_store: BlobStore) -> None:
     r = _registry(blob_store, builder).ensure(AUDIO, "x")
     assert r.built and r.storage_error is None and builder.calls == 1
     assert _registry(blob_store, CountingBuilder()).get(vid).ref_text == "x"
+
+
+def test_background_persist_returns_before_the_write_and_flush_stores_it(blob_store: BlobStore) -> None:
+    builder = CountingBuilder()
+    reg = _registry(blob_store, builder, persist_in_background=True)
+    gate = threading.Event()
+    reg._writer.submit(_holding(gate))  # type: ignore[union-attr]  # hold the writer
+    r = reg.ensure(AUDIO, "x")
+    assert r.built and r.storage_error is None and builder.calls == 1
+    assert not blob_store.exists(voice_keys("qwen3-tts-base-tiny", r.voice_id)[0])  # not written yet
+    again = reg.ensure(AUDIO, "x")  # its write is queued: served from memory, not queued twice
+    assert again.cache_hit and again.prompt is r.prompt and reg._writer.pending == 2  # type: ignore[union-attr]
+    gate.set()
+    assert reg.flush(timeout=10)
+    other = _registry(blob_store, CountingBuilder())  # another worker finds it in the store
+    assert other.get(r.voice_id).ref_text == "x"
+    assert len(list(blob_store.list_keys())) == 2
+    assert reg.close(timeout=5)
+
+
+def test_background_persist_failure_is_retried_by_the_next_ensure(
+    s3_server: MotoServer, s3_bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(s3_server.storage_config(s3_bucket))
+    builder = CountingBuilder()
+    reg = _registry(store, builder, persist_in_background=True)
+    s3_server.stop()
+    try:
+        r = reg.ensure(AUDIO, "x")  # the lookup fails, the build goes on, the write is queued
+        assert r.built and r.storage_error is None and reg.get(r.voice_id) is r.prompt
+        assert reg.flush(timeout=60)
+    finally:
+        s3_server.start()
+    assert "writing it to the store failed" in caplog.text
+    store.client.create_bucket(Bucket=s3_bucket)  # type: ignore[attr-defined]
+    r2 = reg.ensure(AUDIO, "x")  # still unwritten: queued again, not rebuilt
+    assert r2.cache_hit and not r2.built and builder.calls == 1
+    assert reg.flush(timeout=30)
+    assert _registry(store, CountingBuilder()).get(r.voice_id).ref_text == "x"
+    r3 = reg.ensure(AUDIO, "x")
+    assert r3.cache_hit and reg._writer.pending == 0  # type: ignore[union-attr]  # nothing left to write
+    reg.close(timeout=5)
+
+
+def test_register_waits_for_the_write_even_with_background_persist(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder(), persist_in_background=True)
+    gate = threading.Event()
+    reg._writer.submit(_holding(gate))  # type: ignore[union-attr]
+    vid = reg.ensure(AUDIO, "x").voice_id  # queued behind the held job
+    threading.Timer(0.2, gate.set).start()
+    assert reg.register(AUDIO, "x") == vid  # waits for the queued write instead of writing twice
+    assert blob_store.exists(voice_keys("qwen3-tts-base-tiny", vid)[0])
+    reg.close(timeout=5)
+
+
+def test_delete_waits_for_a_queued_write(blob_store: BlobStore) -> None:
+    reg = _registry(blob_store, CountingBuilder(), persist_in_background=True)
+    gate = threading.Event()
+    reg._writer.submit(_holding(gate))  # type: ignore[union-attr]
+    vid = reg.ensure(AUDIO, "x").voice_id
+    threading.Timer(0.2, gate.set).start()
+    assert reg.delete(vid)  # the write landed first, then the delete removed it
+    assert list(blob_store.list_keys()) == []
+    with pytest.raises(VoiceNotFound):
+        _registry(blob_store, CountingBuilder()).get(vid)
+    reg.close(timeout=5)
+
+
+def _holding(gate: threading.Event) -> Callable[[], None]:
+    """A background-writer job that holds the writer until ``gate`` is set (a store that is slow)."""
+
+    def hold() -> None:
+        gate.wait(30)
+
+    return hold

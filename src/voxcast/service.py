@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 CACHE_READ_CHUNK_BYTES = 32 * 1024
 """Chunk size when a cache hit is streamed from storage."""
 
+#: How long ``Service.close`` waits for voices still being written to the store.
+_CLOSE_WRITES_S = 30.0
 _RAW_G711 = frozenset({AudioFormat.MULAW, AudioFormat.ALAW})
 """Formats streamed as raw bytes but stored as WAV files."""
 
@@ -201,11 +203,13 @@ class Service:
             lambda data: engine.prime_voice(VoicePrompt.from_bytes(data, expected_identity=engine.identity)),
             speakers=speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
+            persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
         return cls(config, engine, store, voices, AudioCache(store))
 
     def close(self) -> None:
         self.engine.close()
+        self.voices.close(timeout=_CLOSE_WRITES_S)  # voices still being written reach the store first
         self.store.close()
 
     # -- voices ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from voxcast.storage.keys import (
     voice_prefix,
 )
 from voxcast.voices.lru import ByteLRU
+from voxcast.voices.writer import BackgroundWriter
 
 __all__ = ["DEFAULT_CACHE_BYTES", "Registration", "SerializableVoicePrompt", "VoiceInfo", "VoiceRegistry"]
 
@@ -82,7 +83,9 @@ class Registration(Generic[P]):
         prompt: the voice prompt, ready to use.
         built: this call ran the builder (no worker had stored it, or the store was unusable).
         cache_hit: served from this process's in-memory LRU.
-        storage_error: the prompt could not be read from or written to the store (None = persisted).
+        storage_error: the prompt could not be read from or written to the store (None = persisted, or
+            with ``persist_in_background`` being written: a failed background write is logged and
+            retried by the voice's next ``ensure``).
     """
 
     voice_id: str
@@ -103,6 +106,10 @@ class VoiceRegistry(Generic[P]):
         loader: ``bytes -> prompt`` (the inverse of ``prompt.to_bytes()``).
         speakers: the model's built-in speaker names (CustomVoice), listed as built-in voices.
         max_cache_bytes: LRU budget (serialised prompt sizes).
+        persist_in_background: :meth:`ensure` returns a newly built prompt at once and writes it to the
+            store on a background thread (:class:`~voxcast.voices.writer.BackgroundWriter`) instead of
+            before returning; :meth:`register` always waits for its write. Call :meth:`close` (or
+            :meth:`flush`) before the store goes away.
     """
 
     def __init__(
@@ -114,6 +121,7 @@ class VoiceRegistry(Generic[P]):
         *,
         speakers: Iterable[str] = (),
         max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        persist_in_background: bool = False,
     ) -> None:
         self.store = store
         self.model_identity = model_identity
@@ -123,6 +131,8 @@ class VoiceRegistry(Generic[P]):
         self._speakers = {s.lower(): s for s in speakers}
         self._lru: ByteLRU[P] = ByteLRU(max_cache_bytes)
         self._unpersisted: set[str] = set()
+        self._writer = BackgroundWriter("voxcast-voice-writer") if persist_in_background else None
+        self._writing: set[str] = set()  # queued on or being written by the background writer
 
     # -- built-in speakers -------------------------------------------------------------------
 
@@ -153,19 +163,25 @@ class VoiceRegistry(Generic[P]):
             StorageError: the prompt could not be persisted (it is still usable in this process, and
                 a later ``register``/``ensure`` of the same inputs retries the write).
         """
-        reg = self.ensure(ref_audio, ref_text, x_vector_only)
+        reg = self.ensure(ref_audio, ref_text, x_vector_only, wait=True)
         if reg.storage_error is not None:
             raise reg.storage_error
         return reg.voice_id
 
     def ensure(
-        self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False
+        self,
+        ref_audio: bytes,
+        ref_text: str | None = None,
+        x_vector_only: bool = False,
+        *,
+        wait: bool = False,
     ) -> Registration[P]:
         """Register-or-load for on-the-fly cloning: returns the prompt too, and never fails on storage.
 
-        Order: in-memory LRU, then the store, then the builder (then a create-once write). A store
-        failure is returned in ``storage_error`` (synthesis can go on with the prompt); a corrupt
-        stored prompt is rebuilt and overwritten.
+        Order: in-memory LRU, then the store, then the builder (then a create-once write: on the
+        background writer with ``persist_in_background`` unless ``wait``). A store failure is returned
+        in ``storage_error`` (synthesis can go on with the prompt); a corrupt stored prompt is rebuilt
+        and overwritten.
 
         Raises:
             InvalidRequest: empty audio, or the builder rejected the audio/transcript.
@@ -176,6 +192,10 @@ class VoiceRegistry(Generic[P]):
         audio_sha = sha256_hex(ref_audio)
         voice_id = voice_id_for(self.model_identity, audio_sha, ref_text, x_vector_only)
         cached = self._lru.get(voice_id)
+        if cached is not None and voice_id in self._writing:  # its write is queued or under way
+            if not wait:
+                return Registration(voice_id, cached, built=False, cache_hit=True)
+            self.flush()
         if cached is not None and voice_id not in self._unpersisted:
             return Registration(voice_id, cached, built=False, cache_hit=True)
         repair = False
@@ -194,6 +214,10 @@ class VoiceRegistry(Generic[P]):
         self._remember(voice_id, prompt, len(data))
         self._unpersisted.add(voice_id)
         meta = VoiceInfo(voice_id, False, ref_text, x_vector_only, audio_sha, time.time(), len(data))
+        if self._writer is not None and not wait:
+            self._writing.add(voice_id)
+            self._writer.submit(lambda: self._persist_later(voice_id, data, meta, repair))
+            return Registration(voice_id, prompt, built=cached is None, cache_hit=cached is not None)
         try:
             self._persist(voice_id, data, meta, overwrite=repair)
         except StorageError as e:
@@ -203,6 +227,34 @@ class VoiceRegistry(Generic[P]):
         self._unpersisted.discard(voice_id)
         log.info("registered voice %s (%d bytes)", voice_id, len(data))
         return Registration(voice_id, prompt, built=cached is None, cache_hit=cached is not None)
+
+    def _persist_later(self, voice_id: str, data: bytes, meta: VoiceInfo, overwrite: bool) -> None:
+        """The background writer's job: :meth:`_persist`, leaving the voice unpersisted on failure."""
+        try:
+            self._persist(voice_id, data, meta, overwrite=overwrite)
+        except StorageError as e:
+            log.warning("voice %s: writing it to the store failed (%s); its next use retries", voice_id, e)
+        else:
+            self._unpersisted.discard(voice_id)
+            log.info("registered voice %s (%d bytes, written in the background)", voice_id, len(data))
+        finally:
+            self._writing.discard(voice_id)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the background writes queued so far (True at once without a background writer).
+
+        Returns:
+            False if ``timeout`` (s) passed first.
+        """
+        return True if self._writer is None else self._writer.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish the queued background writes and stop the writer (before closing the store).
+
+        Returns:
+            False if ``timeout`` (s) passed first.
+        """
+        return True if self._writer is None else self._writer.close(timeout)
 
     def _persist(self, voice_id: str, data: bytes, meta: VoiceInfo, *, overwrite: bool) -> None:
         prompt_key, meta_key = voice_keys(self.model_identity, voice_id)
@@ -312,6 +364,7 @@ class VoiceRegistry(Generic[P]):
             InvalidRequest: a built-in speaker. VoiceNotFound: not a voice id. StorageError: store failure.
         """
         self._check_id(voice_id)
+        self.flush()  # a queued write of this voice must not bring it back
         prompt_key, meta_key = voice_keys(self.model_identity, voice_id)
         self._lru.discard(voice_id)
         self._unpersisted.discard(voice_id)
