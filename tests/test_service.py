@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -166,6 +168,35 @@ def test_a_new_reference_is_served_before_its_voice_reaches_the_store(
     assert service.voices.close(timeout=30)
     assert blob_store.exists(voice_keys(base_engine.identity, vid)[0])
     assert service.register_voice(buf.getvalue(), ref_text="Mine.") == vid  # stored: nothing to build
+
+
+_UNIQUE = itertools.count()
+
+
+def test_prompt_prefix_of_a_registered_voice_is_ready_and_a_new_reference_stores_it_in_its_prefill(
+    base_engine: Engine, blob_store: BlobStore
+) -> None:
+    service = Service.assemble(ServiceConfig(), base_engine, blob_store)
+
+    def wav(freq: float) -> bytes:
+        buf = io.BytesIO()
+        sf.write(buf, 0.3 * np.sin(2 * np.pi * freq * np.arange(30000) / 24000), 24000, format="WAV")
+        return buf.getvalue()
+
+    def timing(**req: object) -> Any:
+        stream = service.synthesize({"text": "Hi.", "max_frames": 2, "cache": False, **req})
+        list(stream)
+        return stream.result.timing
+
+    base = 230 + 20 * next(_UNIQUE)  # voices this engine's caches have not seen (one engine per module)
+    vid = service.register_voice(wav(base), ref_text="Mine.")
+    first = timing(voice=vid)
+    assert first.prefix_cache_hit and first.prefix_positions > 0  # computed by register_voice
+    inline = {"ref_audio": base64.b64encode(wav(base + 10)).decode(), "ref_text": "Mine."}
+    new, again = timing(**inline), timing(**inline)
+    assert new.voice_cache_hit is False and not new.prefix_cache_hit  # one pass: the voice was just built
+    assert again.voice_cache_hit and again.prefix_cache_hit  # that pass stored the prefix
+    service.voices.close(timeout=30)
 
 
 def test_clone_on_custom_voice_is_refused(service: Service) -> None:

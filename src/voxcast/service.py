@@ -14,6 +14,7 @@ are reported in ``result.cache_error``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -199,7 +200,10 @@ class Service:
         voices: VoiceRegistry[VoicePrompt] = VoiceRegistry(
             store,
             engine.identity,
-            engine.create_voice,
+            # A request that brings a new reference computes the prompt prefix in its one-pass prefill
+            # (measured: building it with the voice added ~58 ms to the voice and saved ~30 of the
+            # prefill); register_voice computes it ahead, for the voice's first request.
+            functools.partial(engine.create_voice, prefix=False),
             lambda data: engine.prime_voice(VoicePrompt.from_bytes(data, expected_identity=engine.identity)),
             speakers=speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
@@ -214,8 +218,11 @@ class Service:
 
     # -- voices ---------------------------------------------------------------------------------
     def register_voice(self, audio: bytes, ref_text: str | None = None, x_vector_only: bool = False) -> str:
-        """Register reference audio (+ transcript) and return its voice id (idempotent)."""
-        return self.voices.register(audio, ref_text=ref_text, x_vector_only=x_vector_only)
+        """Register reference audio (+ transcript) and return its voice id (idempotent), with its
+        prompt prefix computed (the first request of the voice finds it cached)."""
+        voice_id = self.voices.register(audio, ref_text=ref_text, x_vector_only=x_vector_only)
+        self.engine.prime_voice(self.voices.get(voice_id))
+        return voice_id
 
     def _resolve_voice(self, req: SynthesisRequest, timing: Timing) -> tuple[Any, str, str | None]:
         """(voice prompt or None, the voice's cache-key part, registered voice id or None)."""
