@@ -9,6 +9,10 @@ the codes are cut to ``ceil(L / 1920)`` frames.
 
 Residual quantisation is sequential, so asking Mimi for 16 quantizers gives exactly the first 16
 of the 32 the official code computes (and skips half the work).
+
+Mimi's convolution stack (SEANet) is replaced by :class:`~.seanet_gemm.GemmSeanet`, the same
+function as matrix products on a time-major layout (0.63x its time on a 2-core AVX2 CPU, codes
+equal); its transformer, downsampling and quantizer are transformers' own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from safetensors.torch import load_file, save_file
 from transformers import MimiConfig, MimiModel
 
 from .codec_decoder import CodecDecoder, CodecDecoderConfig
+from .seanet_gemm import GemmSeanet, supports
 
 __all__ = [
     "CodecEncoder",
@@ -57,9 +62,20 @@ def build_mimi_encoder(encoder_config: dict[str, Any]) -> MimiModel:
 
 
 class CodecEncoder:
-    """Encodes 24 kHz mono float32 audio into codec codes (LongTensor [ceil(L/1920), 16])."""
+    """Encodes 24 kHz mono float32 audio into codec codes (LongTensor [ceil(L/1920), 16]).
 
-    def __init__(self, mimi: MimiModel, valid_quantizers: int = VALID_QUANTIZERS):
+    Args:
+        mimi: the encoder-only Mimi model (:func:`build_mimi_encoder`) with its weights.
+        valid_quantizers: quantizers to encode with (the first of Mimi's).
+        gemm_seanet: replace ``mimi.encoder`` (in place) by :class:`~.seanet_gemm.GemmSeanet`
+            where it computes that stack (Qwen3-TTS's does); False keeps transformers' module.
+    """
+
+    def __init__(
+        self, mimi: MimiModel, valid_quantizers: int = VALID_QUANTIZERS, *, gemm_seanet: bool = True
+    ):
+        if gemm_seanet and supports(mimi.encoder):
+            mimi.encoder = GemmSeanet(mimi.encoder)  # type: ignore[assignment]
         self.mimi = mimi.eval()
         self.valid_quantizers = valid_quantizers
 

@@ -1,0 +1,103 @@
+"""GemmSeanet computes transformers' Mimi SEANet encoder (the codec encoder's convolutions)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from transformers.models.mimi.modeling_mimi import MimiEncoder
+
+from voxcast.models.qwen3_tts.codec_encoder import (
+    _FULL_ENCODER,
+    _TINY_ENCODER,
+    CodecEncoder,
+    build_mimi_encoder,
+)
+from voxcast.models.qwen3_tts.seanet_gemm import GemmSeanet, supports
+
+
+def _mimi(**overrides: Any) -> Any:
+    cfg = dict(_FULL_ENCODER)
+    cfg.update(_TINY_ENCODER)
+    cfg.update(overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        mimi = build_mimi_encoder(cfg).eval()
+        for name, buf in mimi.named_buffers():
+            if name.endswith("embed_sum"):
+                buf.copy_(torch.randn(buf.shape))  # distinct codebook entries
+    return mimi
+
+
+def _audio(samples: int, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(samples) * 0.2).astype(np.float32)
+
+
+@pytest.mark.parametrize("samples", [1, 5, 1919, 1920, 1921, 7 * 1920 + 333])
+@pytest.mark.parametrize("filters", [4, 16])
+def test_equals_transformers_encoder(samples: int, filters: int) -> None:
+    mimi = _mimi(num_filters=filters)
+    fast = GemmSeanet(mimi.encoder)
+    x = torch.from_numpy(_audio(samples))[None, None]
+    with torch.inference_mode():
+        want = mimi.encoder(x)
+        got = fast(x)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+def test_batch_of_two_equals_each_alone() -> None:
+    fast = GemmSeanet(_mimi().encoder)
+    x = torch.from_numpy(np.stack([_audio(4000, 1), _audio(4000, 2)]))[:, None]
+    with torch.inference_mode():
+        both = fast(x)
+        alone = [fast(x[i : i + 1])[0] for i in range(2)]
+    assert both.shape == (2, 32, 4000 // 960 + 1)
+    for i in range(2):
+        assert torch.allclose(both[i], alone[i])
+
+
+def test_input_is_not_modified() -> None:
+    fast = GemmSeanet(_mimi().encoder)
+    x = torch.from_numpy(_audio(3000))[None, None]
+    before = x.clone()
+    with torch.inference_mode():
+        fast(x)
+    assert torch.equal(x, before)
+
+
+def test_codes_equal_transformers_path() -> None:
+    mimi = _mimi()
+    ours = CodecEncoder(copy.deepcopy(mimi))
+    theirs = CodecEncoder(mimi, gemm_seanet=False)
+    assert isinstance(ours.mimi.encoder, GemmSeanet)
+    assert isinstance(theirs.mimi.encoder, MimiEncoder)
+    for seconds in (0.3, 1.0, 2.345):
+        wav = _audio(int(seconds * 24000), seed=int(seconds * 1000))
+        assert torch.equal(ours.encode(wav), theirs.encode(wav))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"use_causal_conv": False},
+        {"use_conv_shortcut": True},
+        {"pad_mode": "reflect"},
+        {"dilation_growth_rate": 2, "num_residual_layers": 2},
+    ],
+)
+def test_unsupported_layouts_keep_transformers_module(overrides: dict[str, Any]) -> None:
+    mimi = _mimi(**overrides)
+    assert not supports(mimi.encoder)
+    with pytest.raises(ValueError, match="does not compute"):
+        GemmSeanet(mimi.encoder)
+    assert isinstance(CodecEncoder(mimi).mimi.encoder, MimiEncoder)
+
+
+def test_streaming_padding_cache_is_refused() -> None:
+    fast = GemmSeanet(_mimi().encoder)
+    with pytest.raises(ValueError, match="padding_cache"):
+        fast(torch.zeros(1, 1, 100), padding_cache=object())
