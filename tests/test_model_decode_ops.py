@@ -173,6 +173,16 @@ def test_on_with_int8_weights_off_with_float32_ones(tiny_model_dir: Any) -> None
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_base_models_codec_encoder_follows(tiny_model_dir: Any) -> None:
+    """The codec encoder's ELUs run on the C++ operation exactly when the decode operations do."""
+    path = str(tiny_model_dir("base"))
+    int8 = Qwen3TTS.from_pretrained(path, quant="int8")
+    fp32 = Qwen3TTS.from_pretrained(path)
+    assert int8.codec_encoder is not None and fp32.codec_encoder is not None
+    assert int8.codec_encoder.mimi.encoder.fast_elu is True
+    assert fp32.codec_encoder.mimi.encoder.fast_elu is False
+
+
 def test_off_with_compile(tiny_model_dir: Any, caplog: pytest.LogCaptureFixture) -> None:
     """The compiled static steps trace the model's operations; the fused ones have no traceable form."""
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), fused_ops=True, compile=True)

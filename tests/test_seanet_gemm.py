@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers.models.mimi.modeling_mimi import MimiEncoder
 
+from voxcast.models.qwen3_tts import int8_kernel
 from voxcast.models.qwen3_tts.codec_encoder import (
     _FULL_ENCODER,
     _TINY_ENCODER,
@@ -101,3 +102,55 @@ def test_streaming_padding_cache_is_refused() -> None:
     fast = GemmSeanet(_mimi().encoder)
     with pytest.raises(ValueError, match="padding_cache"):
         fast(torch.zeros(1, 1, 100), padding_cache=object())
+
+
+needs_kernel = pytest.mark.skipif(not int8_kernel.load(), reason="voxcast's C++ library cannot be built here")
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.view(torch.int32).long() - b.view(torch.int32).long()).abs()
+
+
+@needs_kernel
+def test_fast_elu_within_an_ulp_of_the_exact_value() -> None:
+    x = torch.cat(
+        [
+            torch.linspace(-100.0, 5.0, 200_001),
+            torch.randn(100_003, generator=torch.Generator().manual_seed(0)) * 3,
+            torch.tensor([0.0, -0.0, float("-inf"), float("inf"), -1e-30, -1e-7, 88.5, -88.5]),
+        ]
+    )
+    out = torch.empty_like(x)
+    torch.ops.voxcast.elu_into(x, out)
+    exact = torch.where(x >= 0, x.double(), torch.expm1(x.double())).float()
+    assert int(_ulps(out, exact).max()) <= 1
+    assert torch.equal(out[-8:], torch.nn.functional.elu(x[-8:]))  # signs of zero and infinities
+    nan = torch.tensor([float("nan")] * 9)
+    torch.ops.voxcast.elu_into(nan, nan)  # in place, with a tail shorter than a vector
+    assert bool(nan.isnan().all())
+
+
+@needs_kernel
+def test_fast_elu_refuses_what_it_cannot_take() -> None:
+    x = torch.randn(4, 6)
+    with pytest.raises(RuntimeError, match="x must be a contiguous float32"):
+        torch.ops.voxcast.elu_into(x.t(), torch.empty(6, 4))
+    with pytest.raises(RuntimeError, match="out must be"):
+        torch.ops.voxcast.elu_into(x, torch.empty(5))
+
+
+@needs_kernel
+def test_fast_elu_encoder_gives_the_same_codes() -> None:
+    mimi = _mimi(num_filters=16)
+    fast = CodecEncoder(copy.deepcopy(mimi))
+    assert fast.use_fast_elu(True)
+    plain = CodecEncoder(mimi)
+    x = torch.from_numpy(_audio(9000))[None, None]
+    with torch.inference_mode():
+        a, b = fast.mimi.encoder(x), plain.mimi.encoder(x)
+    assert not torch.equal(a, b)  # it did run
+    assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+    for seconds in (0.5, 1.7):
+        wav = _audio(int(seconds * 24000), seed=7)
+        assert torch.equal(fast.encode(wav), plain.encode(wav))
+    assert not CodecEncoder(_mimi(), gemm_seanet=False).use_fast_elu(True)  # transformers' module

@@ -78,7 +78,8 @@ class EngineConfig:
             and measures faster than fbgemm at load), "on" (where it builds) or "off"
             (``VOXCAST_INT8_KERNEL``).
         fused_ops: float32 RMSNorms, q/k norm + rotary embeddings and decode-step attention as C++ operations
-            (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3):
+            (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3),
+            and the codec encoder's ELUs (``encoder_ops.cpp``):
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
             bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it

@@ -83,6 +83,18 @@ class CodecEncoder:
     def device(self) -> torch.device:
         return next(self.mimi.parameters()).device
 
+    def use_fast_elu(self, on: bool) -> bool:
+        """Run the convolution stack's ELUs on voxcast's C++ operation (:mod:`.seanet_gemm`; not
+        bitwise PyTorch's); returns whether they do (only with the GEMM stack, where the library
+        loads)."""
+        from . import int8_kernel
+
+        seanet = self.mimi.encoder
+        if not isinstance(seanet, GemmSeanet):
+            return False
+        seanet.fast_elu = bool(on) and int8_kernel.load()
+        return seanet.fast_elu
+
     @property
     def dtype(self) -> torch.dtype:
         return next(self.mimi.parameters()).dtype

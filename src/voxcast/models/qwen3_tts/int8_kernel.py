@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
 #: Built into the same library: fused element-wise steps of a decode layer (:mod:`.decode_ops`).
 DECODE_OPS_SOURCE = Path(__file__).with_name("decode_ops.cpp")
+#: And the codec encoder's element-wise steps (:mod:`.seanet_gemm`).
+ENCODER_OPS_SOURCE = Path(__file__).with_name("encoder_ops.cpp")
+_SOURCES = (SOURCE, DECODE_OPS_SOURCE, ENCODER_OPS_SOURCE)
 #: Environment variable naming where built kernels are kept.
 KERNEL_DIR_ENV = "VOXCAST_KERNEL_DIR"
 #: Compiler flags. The kernel's FMAs are explicit; with contraction off the compiler adds no others,
@@ -72,7 +75,7 @@ def build_dir() -> Path:
     """Where this source's build for this PyTorch lives (a name that changes with either)."""
     root = Path(os.environ.get(KERNEL_DIR_ENV) or Path.home() / ".cache" / "voxcast" / "kernels")
     digest = hashlib.sha256(
-        SOURCE.read_bytes() + DECODE_OPS_SOURCE.read_bytes() + repr((CFLAGS, torch.__version__)).encode()
+        b"".join(s.read_bytes() for s in _SOURCES) + repr((CFLAGS, torch.__version__)).encode()
     ).hexdigest()[:12]
     return root / f"int8-{digest}"
 
@@ -94,7 +97,7 @@ def load() -> bool:
         where.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(
             name="voxcast_int8_" + where.name.split("-", 1)[1],
-            sources=[str(SOURCE), str(DECODE_OPS_SOURCE)],
+            sources=[str(s) for s in _SOURCES],
             extra_cflags=list(CFLAGS),
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -146,6 +146,8 @@ class Qwen3TTS:
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
+        if codec_encoder is not None and self.fused_ops:
+            codec_encoder.use_fast_elu(True)
         self.identity = identity
         self.device = device
         self.dtype = dtype
@@ -275,8 +277,8 @@ class Qwen3TTS:
                 this CPU runs).
             fused_ops: float32 on the CPU: run RMSNorms, the q/k norm + rotary embedding and the
                 attention of decode steps as single C++ operations (:mod:`.decode_ops`; not
-                bit-exact). None: with ``quant="int8"`` only, where the library builds. Off with
-                ``compile``.
+                bit-exact), and the codec encoder's ELUs too (:mod:`.seanet_gemm`). None: with
+                ``quant="int8"`` only, where the library builds. Off with ``compile``.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
