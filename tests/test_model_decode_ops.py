@@ -174,13 +174,16 @@ def test_on_with_int8_weights_off_with_float32_ones(tiny_model_dir: Any) -> None
 
 
 def test_base_models_codec_encoder_follows(tiny_model_dir: Any) -> None:
-    """The codec encoder's ELUs run on the C++ operation exactly when the decode operations do."""
+    """The codec encoder's ELUs run on the C++ operation, and the speaker encoder's convolutions as
+    products, exactly when the decode operations are on (not bit-exact anyway)."""
     path = str(tiny_model_dir("base"))
     int8 = Qwen3TTS.from_pretrained(path, quant="int8")
     fp32 = Qwen3TTS.from_pretrained(path)
     assert int8.codec_encoder is not None and fp32.codec_encoder is not None
     assert int8.codec_encoder.mimi.encoder.fast_elu is True
     assert fp32.codec_encoder.mimi.encoder.fast_elu is False
+    assert int8.net.speaker_encoder is not None and int8.net.speaker_encoder.gemm is True
+    assert fp32.net.speaker_encoder is not None and fp32.net.speaker_encoder.gemm is False
 
 
 def test_off_with_compile(tiny_model_dir: Any, caplog: pytest.LogCaptureFixture) -> None:

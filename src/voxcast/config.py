@@ -79,7 +79,8 @@ class EngineConfig:
             (``VOXCAST_INT8_KERNEL``).
         fused_ops: float32 RMSNorms, q/k norm + rotary embeddings and decode-step attention as C++ operations
             (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3),
-            and the codec encoder's ELUs (``encoder_ops.cpp``):
+            the codec encoder's ELUs (``encoder_ops.cpp``) and the speaker encoder's convolutions
+            as matrix products:
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
             bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it

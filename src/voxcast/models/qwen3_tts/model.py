@@ -148,6 +148,8 @@ class Qwen3TTS:
         self.codec_encoder = codec_encoder
         if codec_encoder is not None and self.fused_ops:
             codec_encoder.use_fast_elu(True)
+        if self.net.speaker_encoder is not None and self.fused_ops:
+            self.net.speaker_encoder.use_gemm_convs(True)
         self.identity = identity
         self.device = device
         self.dtype = dtype
@@ -277,7 +279,8 @@ class Qwen3TTS:
                 this CPU runs).
             fused_ops: float32 on the CPU: run RMSNorms, the q/k norm + rotary embedding and the
                 attention of decode steps as single C++ operations (:mod:`.decode_ops`; not
-                bit-exact), and the codec encoder's ELUs too (:mod:`.seanet_gemm`). None: with
+                bit-exact), and the codec encoder's ELUs (:mod:`.seanet_gemm`) and the speaker
+                encoder's convolutions as matrix products too. None: with
                 ``quant="int8"`` only, where the library builds. Off with ``compile``.
 
         Raises:
