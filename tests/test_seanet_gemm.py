@@ -154,3 +154,10 @@ def test_fast_elu_encoder_gives_the_same_codes() -> None:
         wav = _audio(int(seconds * 24000), seed=7)
         assert torch.equal(fast.encode(wav), plain.encode(wav))
     assert not CodecEncoder(_mimi(), gemm_seanet=False).use_fast_elu(True)  # transformers' module
+
+
+def test_a_stack_starting_with_a_residual_block_is_not_taken() -> None:
+    """A residual block adds into its input in place, so the first step must be a convolution."""
+    encoder = _mimi().encoder
+    encoder.layers.insert(0, encoder.layers[1])  # the first residual block, ahead of the first conv
+    assert not supports(encoder)

@@ -55,6 +55,8 @@ def supports(encoder: nn.Module) -> bool:
     """Whether :class:`GemmSeanet` computes ``encoder`` (a Mimi SEANet encoder as Qwen3-TTS's)."""
     if not isinstance(encoder, MimiEncoder):
         return False
+    if not encoder.layers or not isinstance(encoder.layers[0], MimiConv1d):
+        return False  # a residual block adds into its input in place: never the caller's audio
     for layer in encoder.layers:
         if isinstance(layer, MimiConv1d):
             if not _conv_ok(layer):
