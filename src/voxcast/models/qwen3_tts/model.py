@@ -146,10 +146,11 @@ class Qwen3TTS:
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
-        if codec_encoder is not None and self.fused_ops:
-            codec_encoder.use_fast_elu(True)
-        if self.net.speaker_encoder is not None and self.fused_ops:
-            self.net.speaker_encoder.use_gemm_convs(True)
+        if self.fused_ops:  # the voice build's encoders too (not bit-exact either)
+            if codec_encoder is not None:
+                codec_encoder.use_fast_elu(True)
+            if self.net.speaker_encoder is not None:
+                self.net.speaker_encoder.use_gemm_convs(True)
         self.identity = identity
         self.device = device
         self.dtype = dtype
