@@ -235,6 +235,39 @@ def test_short_gemms_on_onednn_give_the_same_audio(
     assert decoder.small_gemm is None or isinstance(decoder.small_gemm["onednn"], bool)
 
 
+@pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+def test_onednn_small_covers_the_transformer_projections_of_short_chunks(
+    decoder: CodecDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``onednn_small`` the transformer's q/k/v, output and MLP projections of a few-frame chunk
+    go to oneDNN (MKL runs so few rows on one thread); a long chunk and the flag off keep F.linear."""
+    from voxcast.models.qwen3_tts import codec_layers
+    from voxcast.models.qwen3_tts.codec_layers import Attention, Mlp
+
+    calls: list[tuple[int, ...]] = []
+    real = codec_layers.onednn_linear
+
+    def counting(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        calls.append(tuple(x.shape))
+        return real(x, w, b)
+
+    monkeypatch.setattr(codec_layers, "onednn_linear", counting)
+    layers = decoder.config.num_hidden_layers
+
+    def transformer_calls(on: bool, frames: int) -> int:
+        for m in decoder.modules():  # the convolutions' short GEMMs stay off oneDNN here
+            if hasattr(m, "onednn_small"):
+                monkeypatch.setattr(m, "onednn_small", on and isinstance(m, (Attention, Mlp)))
+        calls.clear()
+        decoder.new_stream().decode(_codes(frames, 21))
+        assert all(shape[:2] == (1, frames) for shape in calls)
+        return len(calls)
+
+    assert transformer_calls(True, 3) == 4 * layers  # qkv, o, gate/up, down per layer
+    assert transformer_calls(False, 3) == 0
+    assert transformer_calls(True, codec_layers.SMALL_DIM + 1) == 0
+
+
 def test_bfloat16_streams_exactly_and_stays_close(tokenizer_dir: Path) -> None:
     """bf16 (an option for AMX CPUs): streamed == its own one-pass; near the float32 decode."""
     codes = _codes(24, 13)

@@ -102,7 +102,8 @@ class CodecDecoder(nn.Module):
 
     def _choose_small_gemm(self) -> dict[str, object] | None:
         """Measure the first upsampling layer's GEMM for a one-frame chunk in PyTorch's BLAS and in
-        oneDNN; where oneDNN takes at most 0.9x, short GEMMs run there (``onednn_small``).
+        oneDNN; where oneDNN takes at most 0.9x, short GEMMs run there (``onednn_small``: the
+        convolutions' and the transformer's projections for chunks of up to ``SMALL_DIM`` frames).
 
         Float32 on the CPU only (elsewhere None). The layer, ``[Cout * kernel, Cin] x [Cin, 5]``, is
         the costliest short GEMM of a one-frame chunk: on an AMD Zen 3 MKL took 22.9 ms for it and
