@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from transformers.models.mimi.modeling_mimi import MimiEncoder
+from transformers.models.mimi.modeling_mimi import MimiEncoder, MimiResnetBlock
 
 from voxcast.models.qwen3_tts import int8_kernel
 from voxcast.models.qwen3_tts.codec_encoder import (
@@ -160,4 +160,17 @@ def test_a_stack_starting_with_a_residual_block_is_not_taken() -> None:
     """A residual block adds into its input in place, so the first step must be a convolution."""
     encoder = _mimi().encoder
     encoder.layers.insert(0, encoder.layers[1])  # the first residual block, ahead of the first conv
+    assert not supports(encoder)
+
+
+def test_an_elu_not_followed_by_a_convolution_is_not_taken() -> None:
+    """GemmSeanet applies each ELU while filling the next convolution's input: one before a residual
+    block or at the end would be lost, so such a stack stays transformers' module."""
+    encoder = _mimi().encoder
+    assert supports(encoder)
+    resblock = next(i for i, layer in enumerate(encoder.layers) if isinstance(layer, MimiResnetBlock))
+    encoder.layers.insert(resblock, torch.nn.ELU())
+    assert not supports(encoder)
+    encoder = _mimi().encoder
+    encoder.layers.append(torch.nn.ELU())
     assert not supports(encoder)

@@ -57,7 +57,9 @@ def supports(encoder: nn.Module) -> bool:
         return False
     if not encoder.layers or not isinstance(encoder.layers[0], MimiConv1d):
         return False  # a residual block adds into its input in place: never the caller's audio
-    for layer in encoder.layers:
+    for layer, after in zip(encoder.layers, [*encoder.layers[1:], None], strict=True):
+        if isinstance(layer, nn.ELU) and not isinstance(after, MimiConv1d):
+            return False  # GemmSeanet applies an ELU while filling the next convolution's input
         if isinstance(layer, MimiConv1d):
             if not _conv_ok(layer):
                 return False

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .config import SpeakerEncoderConfig
 from .mel import MelConfig, log_mel_spectrogram
+from .rows_linear import set_flags
 
 __all__ = [
     "SpeakerEncoder",
@@ -166,9 +167,7 @@ class SpeakerEncoder(nn.Module):
     def use_gemm_convs(self, on: bool) -> None:
         """Run one clip's convolutions as matrix products (0.79-0.85x the x-vector's time on an AMD
         Zen 3; within ~1e-6, not bitwise the official model's x-vector)."""
-        for m in self.modules():
-            if isinstance(m, (TDNNBlock, SEBlock, AttentiveStatsPool, SpeakerEncoder)):
-                m.gemm = on
+        set_flags(self, "gemm", on)
 
     def forward(self, mels: Tensor) -> Tensor:  # mels: [B, T, mel_dim]
         h = mels.transpose(1, 2)
