@@ -58,7 +58,9 @@ SOURCE = Path(__file__).with_name("int8_kernel.cpp")
 DECODE_OPS_SOURCE = Path(__file__).with_name("decode_ops.cpp")
 #: And the codec encoder's element-wise steps (:mod:`.seanet_gemm`).
 ENCODER_OPS_SOURCE = Path(__file__).with_name("encoder_ops.cpp")
-_SOURCES = (SOURCE, DECODE_OPS_SOURCE, ENCODER_OPS_SOURCE)
+#: And float32 decode rows in the BLAS's own order (:mod:`.f32_rows`).
+F32_ROWS_SOURCE = Path(__file__).with_name("f32_rows.cpp")
+_SOURCES = (SOURCE, DECODE_OPS_SOURCE, ENCODER_OPS_SOURCE, F32_ROWS_SOURCE)
 #: Environment variable naming where built kernels are kept.
 KERNEL_DIR_ENV = "VOXCAST_KERNEL_DIR"
 #: Compiler flags. The kernel's FMAs are explicit; with contraction off the compiler adds no others,

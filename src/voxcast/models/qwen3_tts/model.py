@@ -107,6 +107,7 @@ class Qwen3TTS:
         int8_kernel: bool | None = None,
         int8_variant: str | None = None,
         fused_ops: bool | None = None,
+        f32_rows: bool | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -138,6 +139,14 @@ class Qwen3TTS:
         #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
         self.row_kernel: dict[str, object] | None = None
         self.row_parts = self._choose_row_parts(row_parts, fp32_cpu)
+        #: One float32 decode row on voxcast's kernels in the BLAS's order (:mod:`.f32_rows`): what
+        #: was checked, timed and chosen (None: not a float32 CPU model).
+        self.f32_rows: dict[str, object] | None = None
+        if fp32_cpu:
+            from voxcast.models.qwen3_tts import f32_rows as f32_rows_kernel
+
+            cp_layers = self.talker.code_predictor.model.layers
+            self.f32_rows = f32_rows_kernel.choose(self.talker, cp_layers, f32_rows, self.row_parts)
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         elif trace_steps:  # recorded by prepare_batches or on first use
@@ -248,6 +257,7 @@ class Qwen3TTS:
         int8_kernel: bool | None = None,
         int8_variant: str | None = None,
         fused_ops: bool | None = None,
+        f32_rows: bool | None = None,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -283,6 +293,11 @@ class Qwen3TTS:
                 bit-exact), and the codec encoder's ELUs (:mod:`.seanet_gemm`) and the speaker
                 encoder's convolutions as matrix products too. None: with
                 ``quant="int8"`` only, where the library builds. Off with ``compile``.
+            f32_rows: float32 on the CPU: run one-row products (decode steps) on voxcast's kernels,
+                which sum in the BLAS's own order at memory speed, the code predictor's layers
+                through packed copies of their weights (+~300 MB for its five layers); taken only
+                where every weight gives the BLAS's bits (checked at load). True: there; None:
+                where each also measures faster at load; False: never (:mod:`.f32_rows`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -319,6 +334,7 @@ class Qwen3TTS:
             int8_kernel=int8_kernel,
             int8_variant=int8_variant,
             fused_ops=fused_ops,
+            f32_rows=f32_rows,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -62,14 +62,29 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def rows_linear(x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool, parts: int = 1) -> Tensor:
+def rows_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    onednn: bool,
+    parts: int = 1,
+    f32_rows: bool = False,
+    packed: Tensor | None = None,
+) -> Tensor:
     """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
 
-    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN; with ``parts > 1``, one
-    to three rows of a float32 CPU Linear run as :func:`split_linear` (bitwise the same).
+    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN. One row runs on voxcast's
+    float32 row kernel (:mod:`.f32_rows`) through ``packed`` where given, else through the weight
+    with ``f32_rows``; with ``parts > 1``, one to three rows of a float32 CPU Linear run as
+    :func:`split_linear`. Both are bitwise ``F.linear``'s values (the row kernel where the model
+    checked it at load).
     """
     if onednn and x.shape[0] > 1:
         return onednn_linear(x, weight, bias)
+    if (f32_rows or packed is not None) and x.numel() == weight.shape[-1]:
+        if packed is not None:
+            return torch.ops.voxcast.f32_rows_packed_linear(x, packed, bias)
+        return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
     if parts > 1 and _splittable(x, weight, parts):
         return split_linear(x, weight, bias, parts)
     return F.linear(x, weight, bias)
@@ -128,14 +143,23 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state-dict keys) with this module's kernel flags.
 
-    ``onednn_rows`` (:func:`use_onednn_rows`) and ``row_parts`` (:func:`use_split_rows`).
+    ``onednn_rows`` (:func:`use_onednn_rows`), ``row_parts`` (:func:`use_split_rows`), and
+    ``f32_rows`` / ``row_packed`` (:mod:`.f32_rows`).
     """
 
     onednn_rows = False
     row_parts = 1
+    f32_rows = False
+    row_packed: Tensor | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        return rows_linear(x, self.weight, self.bias, self.onednn_rows, self.row_parts)
+        return rows_linear(
+            x, self.weight, self.bias, self.onednn_rows, self.row_parts, self.f32_rows, self.row_packed
+        )
+
+    def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
+        """``(self, weight, bias)``: what a decode row through this Linear multiplies."""
+        return [(self, self.weight, self.bias)]
 
 
 def set_flags(module: nn.Module, name: str, on: bool | int) -> int:

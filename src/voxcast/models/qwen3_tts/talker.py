@@ -115,6 +115,8 @@ class Attention(nn.Module):
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
+    f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
+    row_packed: Tensor | None = None  # the fused weight in that kernel's packed layout
     #: float32 q/k norm + rotary embedding, and the attention of decode steps (up to
     #: FUSED_ATTENTION_ROWS positions), on voxcast's fused operations (see .decode_ops)
     fused = False
@@ -139,6 +141,14 @@ class Attention(nn.Module):
         """
         self._qkv = _fuse_linears(self.q_proj, self.k_proj, self.v_proj)
 
+    def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
+        """``(module, weight, bias)`` of each matmul a decode row runs: the fused q/k/v (held by this
+        module) or q, k and v, then the output projection."""
+        if self._qkv is not None:
+            return [(self, *self._qkv), *self.o_proj.row_weights()]
+        return [*self.q_proj.row_weights(), *self.k_proj.row_weights(), *self.v_proj.row_weights(),
+                *self.o_proj.row_weights()]
+
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # x: [B, L, hidden] -> q [B, L, Nq], k/v [B, L, Nkv] (views of one output when fused)
         if self.qkv_int8 is not None:
@@ -146,7 +156,7 @@ class Attention(nn.Module):
         elif self._qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         else:
-            qkv = rows_linear(x, *self._qkv, self.onednn_rows, self.row_parts)
+            qkv = rows_linear(x, *self._qkv, self.onednn_rows, self.row_parts, self.f32_rows, self.row_packed)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
@@ -241,6 +251,8 @@ class MLP(nn.Module):
 
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
+    f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
+    row_packed: Tensor | None = None  # the fused weight in that kernel's packed layout
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
@@ -254,13 +266,21 @@ class MLP(nn.Module):
         """Gate and up projections as one matmul (bitwise the same outputs, see :meth:`Attention.fuse`)."""
         self._gate_up = _fuse_linears(self.gate_proj, self.up_proj)
 
+    def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
+        """``(module, weight, bias)`` of each matmul a decode row runs (see :meth:`Attention.row_weights`)."""
+        if self._gate_up is not None:
+            return [(self, *self._gate_up), *self.down_proj.row_weights()]
+        return [*self.gate_proj.row_weights(), *self.up_proj.row_weights(), *self.down_proj.row_weights()]
+
     def forward(self, x: Tensor) -> Tensor:
         if self.gate_up_int8 is not None:
             gate, up = self.gate_up_int8(x).chunk(2, dim=-1)
         elif self._gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         else:
-            gate, up = rows_linear(x, *self._gate_up, self.onednn_rows, self.row_parts).chunk(2, dim=-1)
+            gate, up = rows_linear(
+                x, *self._gate_up, self.onednn_rows, self.row_parts, self.f32_rows, self.row_packed
+            ).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

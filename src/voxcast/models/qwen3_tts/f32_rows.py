@@ -1,0 +1,178 @@
+"""One float32 decode row per Linear in the BLAS's own order, at memory speed (C++, ``f32_rows.cpp``).
+
+A float32 decode step multiplies one row by each weight. PyTorch hands that to its BLAS (MKL), whose
+one-column product runs one dependent chain of 4-wide adds per output on one thread: measured on an
+AMD Zen 5 (2 cores), ``F.linear`` read 22-23 GB/s, :func:`.rows_linear.split_linear` (blocks on both
+threads) 34-44, a plain read of the same memory 47-77 GB/s. ``f32_rows.cpp`` computes every output
+with exactly the BLAS's operations in the BLAS's order (its comment gives the order), several outputs
+side by side on each thread, so the values stay bitwise ``F.linear``'s, i.e. the official
+implementation's, while the weights stream at the memory's speed:
+
+- :func:`linear` reads the weight as it is (no extra memory), 8 rows at a time;
+- :func:`pack` lays a weight out as one sequential stream per 8 outputs and :func:`packed_linear`
+  reads that (a second copy of the weight, but at a plain read's speed).
+
+The order is the BLAS's on CPUs where it takes that path (it may take another elsewhere), so a model
+uses these only where :func:`matches_blas` found the same bits on every weight they would serve
+(:meth:`.model.Qwen3TTS` at load). A weight that is not 16-byte aligned makes the BLAS start
+differently: the C++ hands such calls to ``at::linear``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from voxcast.models.qwen3_tts import int8_kernel
+from voxcast.models.qwen3_tts.rows_linear import Linear, time_both
+from voxcast.models.qwen3_tts.talker import MLP, Attention
+
+__all__ = ["available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
+
+logger = logging.getLogger(__name__)
+
+
+def available() -> bool:
+    """Whether the kernels are built and loaded (the int8 kernel's library: x86-64, a C++ compiler)."""
+    return int8_kernel.load()
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear`` of one row x [..., K] through a row-major float32 weight [N, K]."""
+    return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
+
+
+def pack(weight: Tensor) -> Tensor:
+    """A float32 [N, K] weight (N a multiple of 8, K of 4, 16-byte aligned) in :func:`packed_linear`'s layout."""
+    return torch.ops.voxcast.f32_rows_pack(weight.contiguous())
+
+
+def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear`` of one row x [..., K] through a weight packed by :func:`pack`."""
+    return torch.ops.voxcast.f32_rows_packed_linear(x, packed, bias)
+
+
+def matches_blas(weight: Tensor, bias: Tensor | None = None, packed: Tensor | None = None, draws: int = 2) -> bool:
+    """Whether :func:`linear` (and :func:`packed_linear` on ``packed``) give bitwise ``F.linear``'s
+    values for ``draws`` random rows through ``weight``; costs 2-3 products per draw."""
+    g = torch.Generator().manual_seed(weight.shape[0] * 7919 + weight.shape[1])
+    with torch.inference_mode():
+        for i in range(draws):
+            x = torch.randn(1, 1, weight.shape[1], generator=g) * (10.0**i)
+            want = F.linear(x, weight, bias)
+            if not torch.equal(linear(x, weight, bias), want):
+                return False
+            if packed is not None and not torch.equal(packed_linear(x, packed, bias), want):
+                return False
+    return True
+
+
+#: One (module, weight, bias) a decode row multiplies: the module holds the kernel flag and packed copy.
+RowWeight = tuple[nn.Module, Tensor, "Tensor | None"]
+#: Weight bytes a load-time timing cycles through (beyond the caches, as in a decode step).
+_TIMING_BYTES = 192 << 20
+#: Each kernel is taken by ``choose(wanted=None)`` where it takes at most this much of the time now.
+_MARGIN = 0.95
+
+
+def row_weights(module: nn.Module) -> list[RowWeight]:
+    """Every matmul a decode row through ``module`` runs, once each (fused projections as one)."""
+    out: list[RowWeight] = []
+    covered: set[int] = set()
+    for m in module.modules():  # parents before their children
+        if id(m) not in covered and isinstance(m, (Attention, MLP, Linear)):
+            out += m.row_weights()
+            covered.update(id(c) for c in m.modules())
+    return out
+
+
+def _packable(w: Tensor) -> bool:
+    return w.dim() == 2 and w.shape[0] % 8 == 0 and w.shape[1] % 4 == 0 and w.data_ptr() % 16 == 0
+
+
+def _sample(entries: list[RowWeight]) -> list[RowWeight]:
+    """The first entries holding :data:`_TIMING_BYTES` of weights (all, if fewer)."""
+    out, total = [], 0
+    for e in entries:
+        if total >= _TIMING_BYTES:
+            break
+        out.append(e)
+        total += e[1].numel() * e[1].element_size()
+    return out
+
+
+def _time(entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[..., Tensor]) -> tuple[float, float]:
+    """Median ms of one row through every weight of ``entries`` with ``now`` and with ``ours``
+    (each called as ``fn(x, module, weight, bias)``), alternated."""
+    x = {k: torch.randn(1, 1, k) for k in {int(w.shape[1]) for _, w, _ in entries}}
+
+    def run(fn: Callable[..., Tensor]) -> None:
+        for m, w, b in entries:
+            fn(x[int(w.shape[1])], m, w, b)
+
+    return time_both(lambda: run(now), lambda: run(ours))
+
+
+def choose(talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int) -> dict[str, object]:
+    """Put the float32 decode rows of ``talker`` on these kernels where they give the BLAS's bits.
+
+    Every Linear runs its one-row products on :func:`linear`; the code predictor's layers (15 steps a
+    frame: most of a frame's weight reads) on :func:`packed_linear` through packed copies of their
+    weights. Both need :func:`matches_blas` on every weight they serve (all checked). With ``wanted``
+    None each is taken only where it measures at most :data:`_MARGIN` of the time of the path it
+    replaces (``split_linear`` in ``parts`` blocks, or ``F.linear``); False: neither.
+
+    Returns what was checked, timed and chosen: ``{"bitwise", "rows", "packed", "packed_mb", ...}``.
+    """
+    from voxcast.models.qwen3_tts.rows_linear import rows_linear
+
+    entries = row_weights(talker)
+    cp = row_weights(code_predictor_layers)
+    out: dict[str, object] = {"rows": False, "packed": False, "packed_mb": 0.0}
+    if wanted is False or not available():
+        return out
+    out["bitwise"] = bitwise = all(matches_blas(w, b) for _, w, b in entries)
+    if not bitwise:
+        logger.info("float32 row kernel: this CPU's BLAS sums in another order; using PyTorch's")
+        return out
+
+    def now(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
+        return rows_linear(x, w, b, False, parts)
+
+    def rows(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
+        return linear(x, w, b)
+
+    if wanted is None:
+        out["now_ms"], out["rows_ms"] = _time(_sample(entries), now, rows)
+        out["rows"] = out["rows_ms"] <= _MARGIN * out["now_ms"]  # type: ignore[operator]
+    else:
+        out["rows"] = True
+    packed = [pack(w) for _, w, _ in cp] if cp and all(_packable(w) for _, w, _ in cp) else []
+    if packed and all(matches_blas(w, b, p) for (_, w, b), p in zip(cp, packed, strict=True)):
+        if wanted is None:
+            by_id = {id(m): p for (m, _, _), p in zip(cp, packed, strict=True)}
+
+            def packed_fn(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
+                return packed_linear(x, by_id[id(m)], b)
+
+            out["cp_now_ms"], out["packed_ms"] = _time(cp, rows if out["rows"] else now, packed_fn)
+            out["packed"] = out["packed_ms"] <= _MARGIN * out["cp_now_ms"]  # type: ignore[operator]
+        else:
+            out["packed"] = True
+    for m, _, _ in entries:
+        m.f32_rows = bool(out["rows"])  # type: ignore[assignment]
+    if out["packed"]:
+        for (m, _, _), p in zip(cp, packed, strict=True):
+            m.row_packed = p  # type: ignore[assignment]
+        out["packed_mb"] = sum(p.numel() * 4 for p in packed) / 1e6
+    logger.info(
+        "float32 decode rows: voxcast's row kernel %s, the code predictor's packed weights %s (+%.0f MB)",
+        "on" if out["rows"] else "off",
+        "on" if out["packed"] else "off",
+        out["packed_mb"],
+    )
+    return out
