@@ -5,13 +5,14 @@ Each measurement runs in its own subprocess (``--worker``) so that a baseline re
 tree can be timed in the same run, interleaved rep by rep (the machine is shared: absolute numbers are
 noisy, ratios less so). Also prints the bytes of weights read per frame divided by the frame time next
 to the matrix-vector bandwidth of this machine (a float32 2048->8192 product of one row, in a loop:
-one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM does; the faster of
-``F.linear`` and the model's blocks-in-one-bmm kernel) and the plain read bandwidth, and
+one matrix, which a large L3 holds, and 16 distinct ones, 1 GiB, which only DRAM does; the fastest of
+``F.linear``, the blocks-in-one-bmm kernel and voxcast's packed float32 row kernel) and the plain read
+bandwidth, and
 with ``--streams 1,2,4`` the aggregate frames/s of batched decoding (working tree only).
 
     python scripts/bench_decode.py [--size tiny|0.6b] [--frames 20] [--reps 2] [--baseline HEAD~3]
         [--streams 1,2,4] [--quant none|int8] [--int8-kernel auto|pytorch|voxcast|voxcast-VARIANT|both]
-        [--fused-ops auto|on|off|both] [--threads N]
+        [--fused-ops auto|on|off|both] [--f32-rows auto|on|off|both] [--threads N]
 
 Writes ``bench-results/decode-<size>.json``.
 """
@@ -163,6 +164,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             kw["int8_variant"] = args.int8_kernel.removeprefix("voxcast-")
     if args.fused_ops != "auto":  # (older sources have no such option)
         kw["fused_ops"] = args.fused_ops == "on"
+    if args.f32_rows != "auto":  # (older sources have no such option)
+        kw["f32_rows"] = args.f32_rows == "on"
     model = Qwen3TTS.from_pretrained(args.model, **kw)
     out: dict[str, Any] = {"weight_bytes_per_frame": _weight_bytes(model)}
     out["int8_kernel"] = getattr(model, "int8_kernel", None)
@@ -172,6 +175,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     out["rows_kernel"] = getattr(model, "rows_kernel", None)
     out["row_parts"] = getattr(model, "row_parts", None)
     out["row_kernel"] = getattr(model, "row_kernel", None)
+    out["f32_rows"] = getattr(model, "f32_rows", None)
     prompt = _prompt(model)
     if args.trace:
         t0 = time.perf_counter()
@@ -255,7 +259,8 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
     ``linear``: ``F.linear`` at M=1 (MKL's matrix-vector product: one thread whatever the pool);
     ``blocks``: the same product as one block of outputs per thread in one bmm (the kernel the model
     uses for one row where it is faster, :func:`voxcast.models.qwen3_tts.rows_linear.split_linear`);
-    ``read``: a plain read of the same weights (``Tensor.sum``), what the memory gives at all.
+    ``read``: a plain read of the same weights (``Tensor.sum``), what the memory gives at all;
+    ``packed``: voxcast's float32 row kernel on packed weights (:mod:`voxcast.models.qwen3_tts.f32_rows`).
     ``matrices`` > 1 cycles through that many distinct weights, so that the working set outgrows
     the last-level cache the way a frame's 6.6 GB of weights do: one 64 MiB matrix stays in a large
     L3 (105-260 MB on this project's Intel machines) and measures the cache, not DRAM.
@@ -275,6 +280,14 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
         "blocks": lambda w: split_linear(x, w, None, parts),
         "read": lambda w: w.sum(),
     }
+    try:  # voxcast's float32 row kernel on packed weights (later sources; where it builds)
+        from voxcast.models.qwen3_tts import f32_rows
+
+        if f32_rows.available():
+            packs = {id(w): f32_rows.pack(w) for w in weights}
+            kernels["packed"] = lambda w: f32_rows.packed_linear(x, packs[id(w)])
+    except ImportError:
+        pass
     out = {}
     with torch.inference_mode():
         for name, fn in kernels.items():
@@ -312,6 +325,7 @@ def _run(
     rows_kernel: str = "auto",
     int8_kernel: str = "auto",
     fused_ops: str = "auto",
+    f32_rows: str = "auto",
 ) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", str(model), "--frames", str(args.frames)]
     cmd += ["--streams", str(streams), "--threads", str(args.threads), "--quant", quant]
@@ -329,6 +343,8 @@ def _run(
         cmd += ["--int8-kernel", int8_kernel]
     if fused_ops != "auto":
         cmd += ["--fused-ops", fused_ops]
+    if f32_rows != "auto":
+        cmd += ["--f32-rows", f32_rows]
     if args.greedy:
         cmd.append("--greedy")
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -433,6 +449,13 @@ def main() -> None:
         help="norms, rotary embeddings and decode attention as voxcast's fused operations: the model's "
         "default (auto: with int8 weights), on, off, or each int8 arm both ways (both)",
     )
+    p.add_argument(
+        "--f32-rows",
+        default="auto",
+        choices=["auto", "on", "off", "both"],
+        help="float32 decode rows on voxcast's BLAS-order kernels (VOXCAST_F32_ROWS): measured at load "
+        "(auto), on, off, or the float32 arms both ways (both: an extra 'f32-rows off' arm)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batched", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -467,6 +490,11 @@ def main() -> None:
             fused[f"{name} unfused"] = "off"
     elif args.fused_ops != "auto":
         fused = {k: args.fused_ops for k in variants}
+    f32 = {k: "auto" if args.f32_rows == "both" else args.f32_rows for k in variants}
+    if args.f32_rows == "both":  # the float32 arms again with PyTorch's kernels
+        for name in [k for k, v in variants.items() if v[1] == "none" and k != "baseline"]:
+            variants[f"{name} f32-rows off"] = variants[name]
+            f32[f"{name} f32-rows off"] = "off"
     rows: dict[str, list[dict]] = {k: [] for k in variants}
     bw, bw_dram = [], []
     for rep in range(args.reps):
@@ -480,7 +508,7 @@ def main() -> None:
             if name == "compiled" and rep == 0 and args.greedy:
                 ref = Path(tmp.name) / "ref-codes.json"
                 ref.write_text(json.dumps(rows["current"][0]["codes"]))
-            trace = args.trace and name != "current" and name != "baseline" and name != "compiled"
+            trace = args.trace and name.split(" f32-rows")[0] not in ("current", "baseline", "compiled")
             r = _run(
                 src,
                 model,
@@ -490,14 +518,16 @@ def main() -> None:
                 compile=name == "compiled",
                 trace=trace,
                 int8_kernel=kernel,
-                fused_ops=fused[name],
+                fused_ops=fused.get(name, "auto"),
+                f32_rows=f32[name],
             )
             rows[name].append(r)
             print(f"rep {rep} {name:14s} {r['frame_ms']:8.1f} ms/frame ({r['frames']} frames)", flush=True)
     one = {k: statistics.median(b[k] for b in bw) for k in bw[0]}
     many = {k: statistics.median(b[k] for b in bw_dram) for k in bw_dram[0]}
     # The matrix-vector figure is the faster of the two kernels (the one the model uses).
-    gbps, dram = max(one["linear"], one["blocks"]), max(many["linear"], many["blocks"])
+    gbps = max(v for k, v in one.items() if k != "read")
+    dram = max(v for k, v in many.items() if k != "read")
     result: dict[str, Any] = {
         "size": args.size,
         "frames": args.frames,
@@ -512,6 +542,7 @@ def main() -> None:
         f"{dram:.2f} GB/s cycling {_DRAM_MATRICES} ({_DRAM_MATRICES * 64} MiB, beyond the cache); "
         f"from DRAM: F.linear {many['linear']:.2f}, blocks in one bmm {many['blocks']:.2f}, "
         f"plain read (Tensor.sum) {many['read']:.2f} GB/s"
+        + (f", voxcast's packed float32 rows {many['packed']:.2f} GB/s" if "packed" in many else "")
     )
     for name, rs in rows.items():
         wb = rs[0]["weight_bytes_per_frame"]
@@ -561,6 +592,19 @@ def main() -> None:
                 f"{name} vs fp32 greedy, teacher-forced top-1: talker {tf['talker_top1']:.3f}, "
                 f"code predictor {tf['code_predictor_top1']:.3f}, all {tf['all_top1']:.3f}"
             )
+    for name in [k for k in rows if k.endswith(" f32-rows off")]:
+        on, off = rows[name.removesuffix(" f32-rows off")], rows[name]
+        per_rep = statistics.median(a["frame_ms"] / b["frame_ms"] for a, b in zip(on, off, strict=True))
+        same = on[0]["codes"] == off[0]["codes"]
+        result.setdefault("f32_rows", {})[name.removesuffix(" f32-rows off")] = {
+            "ratio": per_rep,
+            "codes_identical": same,
+            "choice": on[0].get("f32_rows"),
+        }
+        print(
+            f"{name.removesuffix(' f32-rows off')}: float32 row kernels {per_rep:.3f}x the frame time without "
+            f"(median per rep); codes identical: {same}"
+        )
     for name in [k for k in rows if k.endswith(" unfused")]:
         on, off = rows[name.removesuffix(" unfused")], rows[name]
         per_rep = statistics.median(a["frame_ms"] / b["frame_ms"] for a, b in zip(on, off, strict=True))

@@ -83,6 +83,12 @@ class EngineConfig:
             as matrix products:
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
             bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).
+        f32_rows: float32 weights on the CPU: one decode row per Linear on voxcast's kernels, which
+            sum in the BLAS's own order (bitwise ``F.linear``, checked on every weight at load) at
+            memory speed, the code predictor's five layers through packed copies of their weights
+            (+315 MB); the fp32 frame 0.80x on an AMD Zen 5 (``voxcast.models.qwen3_tts.f32_rows``):
+            "auto" (where the BLAS's bits match and each kernel measures faster at load), "on" (where
+            they match) or "off" (``VOXCAST_F32_ROWS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
             (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
             prefill; later ones equal it up to float rounding.
@@ -125,6 +131,7 @@ class EngineConfig:
     quant: str = "none"
     int8_kernel: str = "auto"
     fused_ops: str = "auto"
+    f32_rows: str = "auto"
     prefix_cache: bool = True
     compile: str = "off"
     decode_thread: str = "auto"
@@ -144,6 +151,8 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_INT8_KERNEL must be on, off or auto, not {self.int8_kernel!r}")
         if self.fused_ops not in {"off", "on", "auto"}:
             raise ValueError(f"VOXCAST_FUSED_OPS must be on, off or auto, not {self.fused_ops!r}")
+        if self.f32_rows not in {"off", "on", "auto"}:
+            raise ValueError(f"VOXCAST_F32_ROWS must be on, off or auto, not {self.f32_rows!r}")
         if self.codec_dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(
                 f"VOXCAST_CODEC_DTYPE must be auto, float32 or bfloat16, not {self.codec_dtype!r}"
@@ -178,6 +187,7 @@ class EngineConfig:
             quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
             int8_kernel=_on_off_auto(env, "VOXCAST_INT8_KERNEL", d.int8_kernel),
             fused_ops=_on_off_auto(env, "VOXCAST_FUSED_OPS", d.fused_ops),
+            f32_rows=_on_off_auto(env, "VOXCAST_F32_ROWS", d.f32_rows),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),

@@ -113,6 +113,7 @@ class Engine:
                 quant=config.quant,
                 int8_kernel={"auto": None, "on": True, "off": False}[config.int8_kernel],
                 fused_ops={"auto": None, "on": True, "off": False}[config.fused_ops],
+                f32_rows={"auto": None, "on": True, "off": False}[config.f32_rows],
                 prefix_cache=config.prefix_cache,
                 compile=config.resolved_compile(),
                 codec_dtype=_DTYPES[precision.codec],

@@ -34,6 +34,7 @@ def runtime_choices(engine: Any) -> dict[str, Any]:
         "rows_kernel": getattr(model, "rows_kernel", None),
         "row_parts": getattr(model, "row_parts", None),
         "row_kernel": getattr(model, "row_kernel", None),
+        "f32_rows": getattr(model, "f32_rows", None),
         "codec_small_gemm": getattr(decoder, "small_gemm", None),
         "decode_thread": engine.decode_threaded,
         "decode_calibration": engine.decode_calibration,

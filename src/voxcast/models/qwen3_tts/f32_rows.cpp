@@ -2,20 +2,22 @@
 // CPUs where that BLAS takes its 4-lane path, and at memory speed. Built into the int8 kernel's
 // library (int8_kernel.py); f32_rows.py checks at load that this CPU's BLAS gives the same bits.
 //
-// The order reproduced (measured on an AMD Zen 5 with PyTorch 2.13's MKL 2024.2: sgemm of one
-// column, weight rows 16-byte aligned): for each output, s = ((w0 x0 + w1 x1) + w2 x2) + w3 x3 in
-// scalar arithmetic; four lane sums start as [s, 0, 0, 0] and lane l adds w[k] x[k] for every later
-// k = l mod 4, in order; the result is (lane0 + lane2) + (lane1 + lane3). Each product and each sum
-// is rounded on its own (no FMA; CFLAGS has -ffp-contract=off), and a bias is added last. A weight
-// that is not 16-byte aligned makes that BLAS start differently, so such calls go to at::linear.
+// The order reproduced (measured on an AMD Zen 5 with PyTorch 2.13's MKL 2024.2, sgemm of one
+// column; K a multiple of 4): for each output, the first P products are summed in order in scalar
+// arithmetic, P = 4 where the weight row starts 16-byte aligned, else the inputs before its first
+// aligned weight (1-3); four lane sums start as [s, 0, 0, 0] and lane l adds the products of the
+// following 4-input vectors' element l, in order; the result is (lane0 + lane2) + (lane1 + lane3),
+// plus the last (4 - P) % 4 products in order, plus the bias. Each product and each sum is rounded
+// on its own (no FMA; CFLAGS has -ffp-contract=off). Other K or strides go to at::linear.
 //
 // The BLAS runs one dependent chain of 4-wide adds per output on one thread (~22 GB/s a core here,
 // where the memory delivers ~38). These kernels run several outputs' chains side by side on every
 // intra-op thread:
 // - f32_rows_linear(x, w, bias): the row-major weight, 8 rows at a time (8 read streams a thread).
-// - f32_rows_pack(w) -> [N / 8, K / 4, 8, 4]: 8 outputs' lanes interleaved, so that a block is one
+// - f32_rows_pack(w) -> [N / 8, chunks, 8, 4]: 8 outputs' lanes interleaved, so that a block is one
 //   sequential stream (row-major rows read side by side stay below a plain read's speed, the packed
-//   layout reaches it); f32_rows_packed_linear(x, packed, bias) computes from it, the same bits.
+//   layout reaches it); f32_rows_packed_linear(x, packed, bias, peel) computes from it the same
+//   bits, given the P of the weight it was packed from (f32_rows_peel(w)).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -29,16 +31,19 @@
 
 namespace {
 
-constexpr int64_t RB = 8;          // outputs per block
-constexpr int64_t LANES = 4;       // the BLAS's lanes
-constexpr int64_t PREFETCH = 256;  // floats ahead on each row (row-major kernel)
+constexpr int64_t RB = 8;             // outputs per block
+constexpr int64_t LANES = 4;          // the BLAS's lanes
+constexpr int64_t PREFETCH = 256;     // floats ahead on each row (row-major kernel)
 constexpr int64_t MIN_BYTES = 32768;  // weight bytes a thread takes at least
 
-inline float head(const float* w, const float* x) {
+// Inputs the BLAS sums in scalar before its lanes: up to its first 16-byte aligned weight, or the
+// whole first aligned vector where the row starts aligned (1..4; rows of K % 4 == 0 inputs all alike).
+int64_t peel_of(const void* w) { return LANES - static_cast<int64_t>((reinterpret_cast<std::uintptr_t>(w) >> 2) & 3); }
+
+inline float dot_seq(const float* w, const float* x, int64_t n) {
   float s = w[0] * x[0];
-  s = s + w[1] * x[1];
-  s = s + w[2] * x[2];
-  return s + w[3] * x[3];
+  for (int64_t j = 1; j < n; ++j) s = s + w[j] * x[j];
+  return s;
 }
 
 inline float combine(__m128 a) {
@@ -47,69 +52,82 @@ inline float combine(__m128 a) {
   return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
+// The shape of one row's sum: P scalar inputs, C vectors of 4, then T scalar inputs added last.
+struct Split {
+  int64_t P, C, T;
+  Split(int64_t K, int64_t peel) : P(peel), C((K - peel) / LANES), T((K - peel) % LANES) {}
+};
+
 // Outputs [0, R) of row-major rows w (stride K).
 template <int R>
-inline void rows_block(const float* x, const float* w, int64_t K, const float* bias, float* y) {
+inline void rows_block(const float* x, const float* w, int64_t K, Split sp, const float* bias, float* y) {
   __m128 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm_set_ss(head(w + i * K, x));
-  for (int64_t k = LANES; k < K; k += LANES) {
-    if ((k & 15) == 0)
+  for (int i = 0; i < R; ++i) acc[i] = _mm_set_ss(dot_seq(w + i * K, x, sp.P));
+  const int64_t end = sp.P + sp.C * LANES;
+  for (int64_t k = sp.P; k < end; k += LANES) {
+    if (((k - sp.P) & 15) == 0)
       for (int i = 0; i < R; ++i)
         _mm_prefetch(reinterpret_cast<const char*>(w + i * K + k + PREFETCH), _MM_HINT_T0);
     const __m128 xv = _mm_loadu_ps(x + k);
     for (int i = 0; i < R; ++i) acc[i] = _mm_add_ps(acc[i], _mm_mul_ps(_mm_load_ps(w + i * K + k), xv));
   }
-  for (int i = 0; i < R; ++i) y[i] = bias == nullptr ? combine(acc[i]) : combine(acc[i]) + bias[i];
+  for (int i = 0; i < R; ++i) {
+    float r = combine(acc[i]);
+    for (int64_t k = end; k < K; ++k) r = r + w[i * K + k] * x[k];
+    y[i] = bias == nullptr ? r : r + bias[i];
+  }
 }
 
-// One packed block of RB outputs, SSE.
-inline void packed_block(const float* x, const float* p, int64_t K, const float* bias, float* y) {
-  __m128 acc[RB];
+// Packed block: chunk 0 holds each output's P head weights, chunks 1..C its vectors, chunk C + 1
+// its T tail weights ([C + 2][RB][LANES], unused slots zero).
+inline void packed_ends(const float* x, const float* p, int64_t K, Split sp, const float* lanes,
+                        const float* bias, float* y) {
+  const float* tail = p + (sp.C + 1) * RB * LANES;
   for (int i = 0; i < RB; ++i) {
-    const float w[4] = {p[i * LANES], p[i * LANES + 1], p[i * LANES + 2], p[i * LANES + 3]};
-    acc[i] = _mm_set_ss(head(w, x));
+    const float* l = lanes + i * LANES;
+    float r = (l[0] + l[2]) + (l[1] + l[3]);
+    for (int64_t t = 0; t < sp.T; ++t) r = r + tail[i * LANES + t] * x[K - sp.T + t];
+    y[i] = bias == nullptr ? r : r + bias[i];
   }
-  for (int64_t k = LANES; k < K; k += LANES) {
-    const float* q = p + k * RB;
-    const __m128 xv = _mm_loadu_ps(x + k);
+}
+
+inline void packed_block(const float* x, const float* p, int64_t K, Split sp, const float* bias, float* y) {
+  __m128 acc[RB];
+  for (int i = 0; i < RB; ++i) acc[i] = _mm_set_ss(dot_seq(p + i * LANES, x, sp.P));
+  for (int64_t c = 0; c < sp.C; ++c) {
+    const float* q = p + (c + 1) * RB * LANES;
+    const __m128 xv = _mm_loadu_ps(x + sp.P + c * LANES);
     for (int i = 0; i < RB; ++i) acc[i] = _mm_add_ps(acc[i], _mm_mul_ps(_mm_load_ps(q + i * LANES), xv));
   }
-  for (int i = 0; i < RB; ++i) y[i] = bias == nullptr ? combine(acc[i]) : combine(acc[i]) + bias[i];
+  alignas(16) float lanes[RB * LANES];
+  for (int i = 0; i < RB; ++i) _mm_store_ps(lanes + i * LANES, acc[i]);
+  packed_ends(x, p, K, sp, lanes, bias, y);
 }
 
 // The same block with AVX-512: one vector holds four outputs' lanes, the same per-lane operations.
-__attribute__((target("avx512f"))) void packed_block_avx512(const float* x, const float* p, int64_t K,
+__attribute__((target("avx512f"))) void packed_block_avx512(const float* x, const float* p, int64_t K, Split sp,
                                                             const float* bias, float* y) {
-  float heads[RB];
-  for (int i = 0; i < RB; ++i) {
-    const float w[4] = {p[i * LANES], p[i * LANES + 1], p[i * LANES + 2], p[i * LANES + 3]};
-    heads[i] = head(w, x);
-  }
-  // element 4 i + l is output i's lane l (output 4 + i in a1)
-  __m512 a0 = _mm512_set_ps(0, 0, 0, heads[3], 0, 0, 0, heads[2], 0, 0, 0, heads[1], 0, 0, 0, heads[0]);
-  __m512 a1 = _mm512_set_ps(0, 0, 0, heads[7], 0, 0, 0, heads[6], 0, 0, 0, heads[5], 0, 0, 0, heads[4]);
-  for (int64_t k = LANES; k < K; k += LANES) {
-    const float* q = p + k * RB;
-    const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + k));
+  float h[RB];
+  for (int i = 0; i < RB; ++i) h[i] = dot_seq(p + i * LANES, x, sp.P);
+  // element 4 i + l: lane l of output i (of output 4 + i in a1)
+  __m512 a0 = _mm512_set_ps(0, 0, 0, h[3], 0, 0, 0, h[2], 0, 0, 0, h[1], 0, 0, 0, h[0]);
+  __m512 a1 = _mm512_set_ps(0, 0, 0, h[7], 0, 0, 0, h[6], 0, 0, 0, h[5], 0, 0, 0, h[4]);
+  for (int64_t c = 0; c < sp.C; ++c) {
+    const float* q = p + (c + 1) * RB * LANES;
+    const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + sp.P + c * LANES));
     a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_load_ps(q), xv));
     a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_load_ps(q + 16), xv));
   }
-  alignas(64) float v[2 * 16];
-  _mm512_store_ps(v, a0);
-  _mm512_store_ps(v + 16, a1);
-  for (int i = 0; i < RB; ++i) {
-    const float* l = v + i * LANES;
-    const float r = (l[0] + l[2]) + (l[1] + l[3]);
-    y[i] = bias == nullptr ? r : r + bias[i];
-  }
+  alignas(64) float lanes[RB * LANES];
+  _mm512_store_ps(lanes, a0);
+  _mm512_store_ps(lanes + 16, a1);
+  packed_ends(x, p, K, sp, lanes, bias, y);
 }
 
 bool avx512() {
   static const bool ok = __builtin_cpu_supports("avx512f");
   return ok;
 }
-
-bool aligned(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15) == 0; }
 
 // The checked arguments of a call: x one row of K float32, bias N float32 or none.
 struct Row {
@@ -137,22 +155,23 @@ struct Row {
 int64_t grain(int64_t K) { return std::max<int64_t>(1, MIN_BYTES / (RB * K * 4)); }
 
 at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.dim() == 2, "f32_rows_linear: w must be "
-              "a float32 [N, K] matrix on the CPU");
+  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.dim() == 2,
+              "f32_rows_linear: w must be a float32 [N, K] matrix on the CPU");
   const int64_t N = w.size(0), K = w.size(1);
-  if (!w.is_contiguous() || K % LANES != 0 || K < LANES || !aligned(w.data_ptr()))
-    return at::linear(x, w, bias);  // the BLAS takes another order there
+  if (!w.is_contiguous() || K % LANES != 0 || K < 2 * LANES || reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4)
+    return at::linear(x, w, bias);  // the BLAS takes other paths there
   Row r("f32_rows_linear", x, K, N, bias);
+  const Split sp(K, peel_of(w.data_ptr()));
   const float* xp = r.x1.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   const float* bp = r.bias;
   float* yp = r.y.data_ptr<float>();
   at::parallel_for(0, N / RB, grain(K), [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i)
-      rows_block<RB>(xp, wp + i * RB * K, K, bp == nullptr ? nullptr : bp + i * RB, yp + i * RB);
+      rows_block<RB>(xp, wp + i * RB * K, K, sp, bp == nullptr ? nullptr : bp + i * RB, yp + i * RB);
   });
   for (int64_t n = N / RB * RB; n < N; ++n)
-    rows_block<1>(xp, wp + n * K, K, bp == nullptr ? nullptr : bp + n, yp + n);
+    rows_block<1>(xp, wp + n * K, K, sp, bp == nullptr ? nullptr : bp + n, yp + n);
   return r.y.view(r.sizes);
 }
 
@@ -160,44 +179,56 @@ at::Tensor f32_rows_pack(const at::Tensor& w) {
   TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.dim() == 2 && w.is_contiguous(),
               "f32_rows_pack: w must be a contiguous float32 [N, K] matrix on the CPU");
   const int64_t N = w.size(0), K = w.size(1);
-  TORCH_CHECK(N % RB == 0 && K % LANES == 0 && K >= LANES, "f32_rows_pack: N must be a multiple of ", RB,
-              " and K of ", LANES, ", got ", N, " x ", K);
-  TORCH_CHECK(aligned(w.data_ptr()), "f32_rows_pack: w must be 16-byte aligned (the BLAS's order depends on it)");
-  return w.view({N / RB, RB, K / LANES, LANES}).permute({0, 2, 1, 3}).contiguous();
+  TORCH_CHECK(N % RB == 0 && K % LANES == 0 && K >= 2 * LANES, "f32_rows_pack: N must be a multiple of ", RB,
+              " and K of ", LANES, " (at least ", 2 * LANES, "), got ", N, " x ", K);
+  const Split sp(K, peel_of(w.data_ptr()));
+  auto out = at::zeros({N / RB, sp.C + 2, RB, LANES}, w.options());
+  const auto rows = w.view({N / RB, RB, K});
+  out.select(1, 0).narrow(2, 0, sp.P).copy_(rows.narrow(2, 0, sp.P));
+  out.narrow(1, 1, sp.C).copy_(rows.narrow(2, sp.P, sp.C * LANES).view({N / RB, RB, sp.C, LANES}).permute({0, 2, 1, 3}));
+  if (sp.T > 0) out.select(1, sp.C + 1).narrow(2, 0, sp.T).copy_(rows.narrow(2, K - sp.T, sp.T));
+  return out;
 }
 
-at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed,
-                                  const std::optional<at::Tensor>& bias) {
+at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                                  int64_t peel) {
   TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.dim() == 4 && packed.size(2) == RB &&
-                  packed.size(3) == LANES && packed.is_contiguous(),
+                  packed.size(3) == LANES && packed.is_contiguous() &&
+                  reinterpret_cast<std::uintptr_t>(packed.data_ptr()) % 64 == 0,
               "f32_rows_packed_linear: packed must come from f32_rows_pack");
-  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(packed.data_ptr()) % 64 == 0,
-              "f32_rows_packed_linear: packed must be 64-byte aligned");
-  const int64_t N = packed.size(0) * RB, K = packed.size(1) * LANES;
+  TORCH_CHECK(peel >= 1 && peel <= LANES, "f32_rows_packed_linear: peel must be 1-4, got ", peel);
+  const int64_t N = packed.size(0) * RB, K = x.size(-1);
+  const Split sp(K, peel);
+  TORCH_CHECK(K % LANES == 0 && sp.C + 2 == packed.size(1), "f32_rows_packed_linear: x must be one row of ",
+              (packed.size(1) - 1) * LANES, " inputs, got shape ", x.sizes());
   Row r("f32_rows_packed_linear", x, K, N, bias);
   const float* xp = r.x1.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
   const float* bp = r.bias;
   float* yp = r.y.data_ptr<float>();
+  const int64_t stride = (sp.C + 2) * RB * LANES;
   const bool wide = avx512();
   at::parallel_for(0, packed.size(0), grain(K), [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) {
       const float* bi = bp == nullptr ? nullptr : bp + i * RB;
       if (wide)
-        packed_block_avx512(xp, wp + i * RB * K, K, bi, yp + i * RB);
+        packed_block_avx512(xp, wp + i * stride, K, sp, bi, yp + i * RB);
       else
-        packed_block(xp, wp + i * RB * K, K, bi, yp + i * RB);
+        packed_block(xp, wp + i * stride, K, sp, bi, yp + i * RB);
     }
   });
   return r.y.view(r.sizes);
 }
+
+int64_t f32_rows_peel(const at::Tensor& w) { return peel_of(w.data_ptr()); }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(voxcast, m) {
   m.def("f32_rows_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
   m.def("f32_rows_pack(Tensor w) -> Tensor");
-  m.def("f32_rows_packed_linear(Tensor x, Tensor packed, Tensor? bias) -> Tensor");
+  m.def("f32_rows_packed_linear(Tensor x, Tensor packed, Tensor? bias, int peel) -> Tensor");
+  m.def("f32_rows_peel(Tensor w) -> int", &f32_rows_peel);
 }
 
 TORCH_LIBRARY_IMPL(voxcast, CPU, m) {

@@ -14,14 +14,15 @@ implementation's, while the weights stream at the memory's speed:
 
 The order is the BLAS's on CPUs where it takes that path (it may take another elsewhere), so a model
 uses these only where :func:`matches_blas` found the same bits on every weight they would serve
-(:meth:`.model.Qwen3TTS` at load). A weight that is not 16-byte aligned makes the BLAS start
-differently: the C++ hands such calls to ``at::linear``.
+(:meth:`.model.Qwen3TTS` at load). Where a weight's rows start (16-byte aligned or not) changes how
+the BLAS starts each sum; the kernels follow that too.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ from voxcast.models.qwen3_tts import int8_kernel
 from voxcast.models.qwen3_tts.rows_linear import Linear, time_both
 from voxcast.models.qwen3_tts.talker import MLP, Attention
 
-__all__ = ["available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
+__all__ = ["Packed", "available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,17 +47,30 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
 
 
-def pack(weight: Tensor) -> Tensor:
-    """A float32 [N, K] weight (N a multiple of 8, K of 4, 16-byte aligned) in :func:`packed_linear`'s layout."""
-    return torch.ops.voxcast.f32_rows_pack(weight.contiguous())
+class Packed(NamedTuple):
+    """A weight in :func:`packed_linear`'s layout, and the BLAS's scalar start for the original."""
+
+    weight: Tensor
+    peel: int
 
 
-def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None = None) -> Tensor:
+def pack(weight: Tensor) -> Packed:
+    """A contiguous float32 [N, K] weight (N a multiple of 8, K of 4) in :func:`packed_linear`'s layout.
+
+    The BLAS's order depends on where the original's rows start (:func:`matches_blas` checks the
+    pair), so pack the weight the model multiplies, not a copy of it.
+    """
+    return Packed(torch.ops.voxcast.f32_rows_pack(weight), int(torch.ops.voxcast.f32_rows_peel(weight)))
+
+
+def packed_linear(x: Tensor, packed: Packed, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` of one row x [..., K] through a weight packed by :func:`pack`."""
-    return torch.ops.voxcast.f32_rows_packed_linear(x, packed, bias)
+    return torch.ops.voxcast.f32_rows_packed_linear(x, packed.weight, bias, packed.peel)
 
 
-def matches_blas(weight: Tensor, bias: Tensor | None = None, packed: Tensor | None = None, draws: int = 2) -> bool:
+def matches_blas(
+    weight: Tensor, bias: Tensor | None = None, packed: Packed | None = None, draws: int = 2
+) -> bool:
     """Whether :func:`linear` (and :func:`packed_linear` on ``packed``) give bitwise ``F.linear``'s
     values for ``draws`` random rows through ``weight``; costs 2-3 products per draw."""
     g = torch.Generator().manual_seed(weight.shape[0] * 7919 + weight.shape[1])
@@ -91,7 +105,9 @@ def row_weights(module: nn.Module) -> list[RowWeight]:
 
 
 def _packable(w: Tensor) -> bool:
-    return w.dim() == 2 and w.shape[0] % 8 == 0 and w.shape[1] % 4 == 0 and w.data_ptr() % 16 == 0
+    return (
+        w.dim() == 2 and w.is_contiguous() and w.shape[0] % 8 == 0 and w.shape[1] % 4 == 0 and w.shape[1] >= 8
+    )
 
 
 def _sample(entries: list[RowWeight]) -> list[RowWeight]:
@@ -105,7 +121,9 @@ def _sample(entries: list[RowWeight]) -> list[RowWeight]:
     return out
 
 
-def _time(entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[..., Tensor]) -> tuple[float, float]:
+def _time(
+    entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[..., Tensor]
+) -> tuple[float, float]:
     """Median ms of one row through every weight of ``entries`` with ``now`` and with ``ours``
     (each called as ``fn(x, module, weight, bias)``), alternated."""
     x = {k: torch.randn(1, 1, k) for k in {int(w.shape[1]) for _, w, _ in entries}}
@@ -117,7 +135,9 @@ def _time(entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[.
     return time_both(lambda: run(now), lambda: run(ours))
 
 
-def choose(talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int) -> dict[str, object]:
+def choose(
+    talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int
+) -> dict[str, object]:
     """Put the float32 decode rows of ``talker`` on these kernels where they give the BLAS's bits.
 
     Every Linear runs its one-row products on :func:`linear`; the code predictor's layers (15 steps a
@@ -168,7 +188,7 @@ def choose(talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | N
     if out["packed"]:
         for (m, _, _), p in zip(cp, packed, strict=True):
             m.row_packed = p  # type: ignore[assignment]
-        out["packed_mb"] = sum(p.numel() * 4 for p in packed) / 1e6
+        out["packed_mb"] = sum(p.weight.numel() * 4 for p in packed) / 1e6
     logger.info(
         "float32 decode rows: voxcast's row kernel %s, the code predictor's packed weights %s (+%.0f MB)",
         "on" if out["rows"] else "off",

@@ -69,7 +69,7 @@ def rows_linear(
     onednn: bool,
     parts: int = 1,
     f32_rows: bool = False,
-    packed: Tensor | None = None,
+    packed: tuple[Tensor, int] | None = None,
 ) -> Tensor:
     """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
 
@@ -83,7 +83,7 @@ def rows_linear(
         return onednn_linear(x, weight, bias)
     if (f32_rows or packed is not None) and x.numel() == weight.shape[-1]:
         if packed is not None:
-            return torch.ops.voxcast.f32_rows_packed_linear(x, packed, bias)
+            return torch.ops.voxcast.f32_rows_packed_linear(x, packed[0], bias, packed[1])
         return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
     if parts > 1 and _splittable(x, weight, parts):
         return split_linear(x, weight, bias, parts)
@@ -150,7 +150,7 @@ class Linear(nn.Linear):
     onednn_rows = False
     row_parts = 1
     f32_rows = False
-    row_packed: Tensor | None = None
+    row_packed: tuple[Tensor, int] | None = None  # (:class:`.f32_rows.Packed`)
 
     def forward(self, x: Tensor) -> Tensor:
         return rows_linear(

@@ -116,7 +116,7 @@ class Attention(nn.Module):
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
     f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
-    row_packed: Tensor | None = None  # the fused weight in that kernel's packed layout
+    row_packed: tuple[Tensor, int] | None = None  # the fused weight packed for it (.f32_rows.Packed)
     #: float32 q/k norm + rotary embedding, and the attention of decode steps (up to
     #: FUSED_ATTENTION_ROWS positions), on voxcast's fused operations (see .decode_ops)
     fused = False
@@ -146,8 +146,12 @@ class Attention(nn.Module):
         module) or q, k and v, then the output projection."""
         if self._qkv is not None:
             return [(self, *self._qkv), *self.o_proj.row_weights()]
-        return [*self.q_proj.row_weights(), *self.k_proj.row_weights(), *self.v_proj.row_weights(),
-                *self.o_proj.row_weights()]
+        return [
+            *self.q_proj.row_weights(),
+            *self.k_proj.row_weights(),
+            *self.v_proj.row_weights(),
+            *self.o_proj.row_weights(),
+        ]
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # x: [B, L, hidden] -> q [B, L, Nq], k/v [B, L, Nkv] (views of one output when fused)
@@ -252,7 +256,7 @@ class MLP(nn.Module):
     onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
     row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
     f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
-    row_packed: Tensor | None = None  # the fused weight in that kernel's packed layout
+    row_packed: tuple[Tensor, int] | None = None  # the fused weight packed for it (.f32_rows.Packed)
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
