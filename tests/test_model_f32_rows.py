@@ -81,6 +81,44 @@ def test_bitwise_f_linear_where_the_blas_takes_that_order(n: int, k: int, offset
     assert f32_rows.matches_blas(w, b, f32_rows.pack(w) if n % 8 == 0 else None)
 
 
+@pytest.mark.parametrize("rows", [2, 3, 5, 8])
+@pytest.mark.parametrize(("n", "k"), [(4096, 1024), (1024, 3072), (40, 36)])
+def test_rows_of_a_batch_get_the_bits_each_gets_alone(n: int, k: int, rows: int) -> None:
+    _, w, b = _data(n, k, offset=1)
+    x = torch.randn(rows, 1, k, generator=torch.Generator().manual_seed(rows))
+    packed = f32_rows.pack(w)
+    alone = torch.cat([f32_rows.linear(x[i : i + 1], w, b) for i in range(rows)])
+    assert torch.equal(f32_rows.linear(x, w, b), alone)
+    assert torch.equal(f32_rows.packed_linear(x, packed, b), alone)
+    assert torch.equal(
+        torch.cat([f32_rows.packed_linear(x[i : i + 1], packed, b) for i in range(rows)]), alone
+    )
+    if _blas_order():
+        assert torch.equal(alone, torch.cat([F.linear(x[i : i + 1], w, b) for i in range(rows)]))
+
+
+def test_rows_linear_sends_one_position_rows_to_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxcast.models.qwen3_tts import rows_linear as rl
+
+    calls: list[tuple[int, ...]] = []
+    real = torch.ops.voxcast.f32_rows_linear
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            if name == "f32_rows_linear":
+                return lambda x, w, b: (calls.append(tuple(x.shape)), real(x, w, b))[1]
+            return getattr(torch.ops.voxcast, name)
+
+    monkeypatch.setattr(rl.torch.ops, "voxcast", Spy(), raising=False)
+    w = torch.randn(128, 64)
+    for x in (torch.randn(64), torch.randn(1, 64), torch.randn(1, 1, 64), torch.randn(4, 1, 64)):
+        rl.rows_linear(x, w, None, True, 2, f32_rows=True)
+    for x in (torch.randn(1, 2, 64), torch.randn(3, 64), torch.randn(5, 1, 64), torch.randn(2, 2, 64)):
+        # positions of one stream, rows that are not one position each, more than F32_ROWS_MAX rows
+        assert torch.equal(rl.rows_linear(x, w, None, False, 2, f32_rows=True), F.linear(x, w))
+    assert calls == [(64,), (1, 64), (1, 1, 64), (4, 1, 64)]
+
+
 def test_output_shape_follows_x_and_threads_do_not_change_values() -> None:
     x, w, _ = _data(256, 128)
     for shape in ((128,), (1, 128), (1, 1, 128)):
@@ -108,13 +146,13 @@ def test_other_shapes_and_strides_go_to_pytorch() -> None:
 def test_bad_arguments_are_refused_by_name() -> None:
     x, w, _ = _data(64, 64)
     packed = torch.ops.voxcast.f32_rows_packed_linear
-    with pytest.raises(RuntimeError, match="one row"):
-        f32_rows.linear(torch.randn(2, 64), w)
+    with pytest.raises(RuntimeError, match="1 to 8 rows of 64"):
+        f32_rows.linear(torch.randn(9, 1, 64), w)
     with pytest.raises(RuntimeError, match="bias"):
         f32_rows.linear(x, w, torch.randn(3))
     with pytest.raises(RuntimeError, match="multiple of 8"):
         f32_rows.pack(torch.randn(60, 64))
-    with pytest.raises(RuntimeError, match="one row of 64"):
+    with pytest.raises(RuntimeError, match="rows of 64"):
         f32_rows.packed_linear(torch.randn(1, 32), f32_rows.pack(w))
     with pytest.raises(RuntimeError, match="f32_rows_pack"):
         packed(x, w, None, 4)
@@ -155,8 +193,8 @@ def test_codes_identical_on_the_kernels(tiny_model_dir: Any, trace_steps: bool) 
         for greedy in (True, False):
             params = SamplingParams(greedy=greedy)
             assert _sequential(_gens(fast, limits, params)) == _sequential(_gens(plain, limits, params))
-            # three streams in one batch: 3 rows, 2 once one has finished, then 1 on the kernels
-            assert batched_codes(_gens(fast, limits, params)) == batched_codes(_gens(plain, limits, params))
+            # three streams in one batch: 3 rows, 2 once one has finished, then 1, on the kernels
+            assert batched_codes(_gens(fast, limits, params)) == _sequential(_gens(plain, limits, params))
 
 
 def test_choice_is_measured_only_for_float32_cpu_models(tiny_model_dir: Any) -> None:

@@ -12,8 +12,9 @@
 //
 // The BLAS runs one dependent chain of 4-wide adds per output on one thread (~22 GB/s a core here,
 // where the memory delivers ~38). These kernels run several outputs' chains side by side on every
-// intra-op thread:
-// - f32_rows_linear(x, w, bias): the row-major weight, 8 rows at a time (8 read streams a thread).
+// intra-op thread. x may hold up to 8 rows (a batched step's streams): each weight vector is loaded
+// once for all of them, and each row's outputs are the bits that row alone would get.
+// - f32_rows_linear(x, w, bias): the row-major weight, 8 outputs at a time (8 read streams a thread).
 // - f32_rows_pack(w) -> [N / 8, chunks, 8, 4]: 8 outputs' lanes interleaved, so that a block is one
 //   sequential stream (row-major rows read side by side stay below a plain read's speed, the packed
 //   layout reaches it); f32_rows_packed_linear(x, packed, bias, peel) computes from it the same
@@ -35,6 +36,7 @@ constexpr int64_t RB = 8;             // outputs per block
 constexpr int64_t LANES = 4;          // the BLAS's lanes
 constexpr int64_t PREFETCH = 256;     // floats ahead on each row (row-major kernel)
 constexpr int64_t MIN_BYTES = 32768;  // weight bytes a thread takes at least
+constexpr int64_t MAX_ROWS = 8;       // rows of x a call takes (a batched decode step's streams)
 
 // Inputs the BLAS sums in scalar before its lanes: up to its first 16-byte aligned weight, or the
 // whole first aligned vector where the row starts aligned (1..4; rows of K % 4 == 0 inputs all alike).
@@ -58,24 +60,31 @@ struct Split {
   Split(int64_t K, int64_t peel) : P(peel), C((K - peel) / LANES), T((K - peel) % LANES) {}
 };
 
-// Outputs [0, R) of row-major rows w (stride K).
-template <int R>
-inline void rows_block(const float* x, const float* w, int64_t K, Split sp, const float* bias, float* y) {
-  __m128 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm_set_ss(dot_seq(w + i * K, x, sp.P));
+// Outputs [0, R) of row-major rows w (stride K) for the M rows of x (stride K), y rows of stride N.
+template <int R, int M>
+inline void rows_block(const float* x, const float* w, int64_t K, int64_t N, Split sp, const float* bias,
+                       float* y) {
+  __m128 acc[M][R];
+  for (int m = 0; m < M; ++m)
+    for (int i = 0; i < R; ++i) acc[m][i] = _mm_set_ss(dot_seq(w + i * K, x + m * K, sp.P));
   const int64_t end = sp.P + sp.C * LANES;
   for (int64_t k = sp.P; k < end; k += LANES) {
     if (((k - sp.P) & 15) == 0)
       for (int i = 0; i < R; ++i)
         _mm_prefetch(reinterpret_cast<const char*>(w + i * K + k + PREFETCH), _MM_HINT_T0);
-    const __m128 xv = _mm_loadu_ps(x + k);
-    for (int i = 0; i < R; ++i) acc[i] = _mm_add_ps(acc[i], _mm_mul_ps(_mm_load_ps(w + i * K + k), xv));
+    __m128 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm_load_ps(w + i * K + k);
+    for (int m = 0; m < M; ++m) {
+      const __m128 xv = _mm_loadu_ps(x + m * K + k);
+      for (int i = 0; i < R; ++i) acc[m][i] = _mm_add_ps(acc[m][i], _mm_mul_ps(wv[i], xv));
+    }
   }
-  for (int i = 0; i < R; ++i) {
-    float r = combine(acc[i]);
-    for (int64_t k = end; k < K; ++k) r = r + w[i * K + k] * x[k];
-    y[i] = bias == nullptr ? r : r + bias[i];
-  }
+  for (int m = 0; m < M; ++m)
+    for (int i = 0; i < R; ++i) {
+      float r = combine(acc[m][i]);
+      for (int64_t k = end; k < K; ++k) r = r + w[i * K + k] * x[m * K + k];
+      y[m * N + i] = bias == nullptr ? r : r + bias[i];
+    }
 }
 
 // Packed block: chunk 0 holds each output's P head weights, chunks 1..C its vectors, chunk C + 1
@@ -91,6 +100,7 @@ inline void packed_ends(const float* x, const float* p, int64_t K, Split sp, con
   }
 }
 
+// One packed block for one row of x, SSE.
 inline void packed_block(const float* x, const float* p, int64_t K, Split sp, const float* bias, float* y) {
   __m128 acc[RB];
   for (int i = 0; i < RB; ++i) acc[i] = _mm_set_ss(dot_seq(p + i * LANES, x, sp.P));
@@ -104,24 +114,34 @@ inline void packed_block(const float* x, const float* p, int64_t K, Split sp, co
   packed_ends(x, p, K, sp, lanes, bias, y);
 }
 
-// The same block with AVX-512: one vector holds four outputs' lanes, the same per-lane operations.
-__attribute__((target("avx512f"))) void packed_block_avx512(const float* x, const float* p, int64_t K, Split sp,
-                                                            const float* bias, float* y) {
-  float h[RB];
-  for (int i = 0; i < RB; ++i) h[i] = dot_seq(p + i * LANES, x, sp.P);
-  // element 4 i + l: lane l of output i (of output 4 + i in a1)
-  __m512 a0 = _mm512_set_ps(0, 0, 0, h[3], 0, 0, 0, h[2], 0, 0, 0, h[1], 0, 0, 0, h[0]);
-  __m512 a1 = _mm512_set_ps(0, 0, 0, h[7], 0, 0, 0, h[6], 0, 0, 0, h[5], 0, 0, 0, h[4]);
+// The same block for M rows of x with AVX-512: one vector holds four outputs' lanes (the same
+// per-lane operations), each weight vector is loaded once for all rows.
+template <int M>
+__attribute__((target("avx512f"))) void packed_block_avx512(const float* x, const float* p, int64_t K, int64_t N,
+                                                            Split sp, const float* bias, float* y) {
+  __m512 a[M][2];
+  for (int m = 0; m < M; ++m) {
+    float h[RB];
+    for (int i = 0; i < RB; ++i) h[i] = dot_seq(p + i * LANES, x + m * K, sp.P);
+    // element 4 i + l: lane l of output i (of output 4 + i in a[m][1])
+    a[m][0] = _mm512_set_ps(0, 0, 0, h[3], 0, 0, 0, h[2], 0, 0, 0, h[1], 0, 0, 0, h[0]);
+    a[m][1] = _mm512_set_ps(0, 0, 0, h[7], 0, 0, 0, h[6], 0, 0, 0, h[5], 0, 0, 0, h[4]);
+  }
   for (int64_t c = 0; c < sp.C; ++c) {
     const float* q = p + (c + 1) * RB * LANES;
-    const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + sp.P + c * LANES));
-    a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_load_ps(q), xv));
-    a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_load_ps(q + 16), xv));
+    const __m512 w0 = _mm512_load_ps(q), w1 = _mm512_load_ps(q + 16);
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + m * K + sp.P + c * LANES));
+      a[m][0] = _mm512_add_ps(a[m][0], _mm512_mul_ps(w0, xv));
+      a[m][1] = _mm512_add_ps(a[m][1], _mm512_mul_ps(w1, xv));
+    }
   }
-  alignas(64) float lanes[RB * LANES];
-  _mm512_store_ps(lanes, a0);
-  _mm512_store_ps(lanes + 16, a1);
-  packed_ends(x, p, K, sp, lanes, bias, y);
+  for (int m = 0; m < M; ++m) {
+    alignas(64) float lanes[RB * LANES];
+    _mm512_store_ps(lanes, a[m][0]);
+    _mm512_store_ps(lanes + 16, a[m][1]);
+    packed_ends(x + m * K, p, K, sp, lanes, bias, y + m * N);
+  }
 }
 
 bool avx512() {
@@ -129,30 +149,45 @@ bool avx512() {
   return ok;
 }
 
-// The checked arguments of a call: x one row of K float32, bias N float32 or none.
-struct Row {
-  at::Tensor x1, bias_c, y;
+// The checked arguments of a call: x 1..MAX_ROWS rows of K float32, bias N float32 or none.
+struct Rows {
+  at::Tensor x2, bias_c, y;
   const float* bias = nullptr;
+  int64_t M = 0;
   std::vector<int64_t> sizes;
 
-  Row(const char* name, const at::Tensor& x, int64_t K, int64_t N, const std::optional<at::Tensor>& b) {
+  Rows(const char* name, const at::Tensor& x, int64_t K, int64_t N, const std::optional<at::Tensor>& b) {
     TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, name, ": x must be float32 on the CPU");
-    TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K && x.numel() == K, name, ": x must be one row of ", K,
-                " inputs, got shape ", x.sizes());
+    TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K && x.numel() >= K && x.numel() <= MAX_ROWS * K, name,
+                ": x must be 1 to ", MAX_ROWS, " rows of ", K, " inputs, got shape ", x.sizes());
     if (b.has_value()) {
       bias_c = b->contiguous();
       TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, name, ": bias must be ", N,
                   " float32 values");
       bias = bias_c.data_ptr<float>();
     }
-    x1 = x.contiguous();
+    x2 = x.reshape({-1, K}).contiguous();
+    M = x2.size(0);
     sizes = x.sizes().vec();
     sizes.back() = N;
-    y = at::empty({N}, x.options());
+    y = at::empty({M, N}, x.options());
   }
 };
 
-int64_t grain(int64_t K) { return std::max<int64_t>(1, MIN_BYTES / (RB * K * 4)); }
+// Blocks of `outputs` outputs a thread takes at least.
+int64_t grain(int64_t K, int64_t outputs) { return std::max<int64_t>(1, MIN_BYTES / (outputs * K * 4)); }
+
+// Row-major: outputs in blocks of R = 8 / M (M * R accumulators), each weight vector loaded once.
+template <int M>
+void rows_call(const float* x, const float* w, int64_t N, int64_t K, Split sp, const float* bias, float* y) {
+  constexpr int R = M >= 8 ? 1 : 8 / M;
+  at::parallel_for(0, N / R, grain(K, R), [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0; i < b1; ++i)
+      rows_block<R, M>(x, w + i * R * K, K, N, sp, bias == nullptr ? nullptr : bias + i * R, y + i * R);
+  });
+  for (int64_t n = N / R * R; n < N; ++n)
+    rows_block<1, M>(x, w + n * K, K, N, sp, bias == nullptr ? nullptr : bias + n, y + n);
+}
 
 at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.dim() == 2,
@@ -160,18 +195,21 @@ at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::
   const int64_t N = w.size(0), K = w.size(1);
   if (!w.is_contiguous() || K % LANES != 0 || K < 2 * LANES || reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4)
     return at::linear(x, w, bias);  // the BLAS takes other paths there
-  Row r("f32_rows_linear", x, K, N, bias);
+  Rows r("f32_rows_linear", x, K, N, bias);
   const Split sp(K, peel_of(w.data_ptr()));
-  const float* xp = r.x1.data_ptr<float>();
+  const float* xp = r.x2.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
-  const float* bp = r.bias;
   float* yp = r.y.data_ptr<float>();
-  at::parallel_for(0, N / RB, grain(K), [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; ++i)
-      rows_block<RB>(xp, wp + i * RB * K, K, sp, bp == nullptr ? nullptr : bp + i * RB, yp + i * RB);
-  });
-  for (int64_t n = N / RB * RB; n < N; ++n)
-    rows_block<1>(xp, wp + n * K, K, sp, bp == nullptr ? nullptr : bp + n, yp + n);
+  switch (r.M) {
+    case 1: rows_call<1>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 2: rows_call<2>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 3: rows_call<3>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 4: rows_call<4>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 5: rows_call<5>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 6: rows_call<6>(xp, wp, N, K, sp, r.bias, yp); break;
+    case 7: rows_call<7>(xp, wp, N, K, sp, r.bias, yp); break;
+    default: rows_call<8>(xp, wp, N, K, sp, r.bias, yp); break;
+  }
   return r.y.view(r.sizes);
 }
 
@@ -190,6 +228,23 @@ at::Tensor f32_rows_pack(const at::Tensor& w) {
   return out;
 }
 
+template <int M>
+void packed_call(const float* x, const float* p, int64_t blocks, int64_t N, int64_t K, Split sp, const float* bias,
+                 float* y) {
+  const int64_t stride = (sp.C + 2) * RB * LANES;
+  const bool wide = avx512();
+  at::parallel_for(0, blocks, grain(K, RB), [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0; i < b1; ++i) {
+      const float* bi = bias == nullptr ? nullptr : bias + i * RB;
+      if (wide) {
+        packed_block_avx512<M>(x, p + i * stride, K, N, sp, bi, y + i * RB);
+      } else {
+        for (int m = 0; m < M; ++m) packed_block(x + m * K, p + i * stride, K, sp, bi, y + m * N + i * RB);
+      }
+    }
+  });
+}
+
 at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
                                   int64_t peel) {
   TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.dim() == 4 && packed.size(2) == RB &&
@@ -199,24 +254,23 @@ at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed,
   TORCH_CHECK(peel >= 1 && peel <= LANES, "f32_rows_packed_linear: peel must be 1-4, got ", peel);
   const int64_t N = packed.size(0) * RB, K = x.size(-1);
   const Split sp(K, peel);
-  TORCH_CHECK(K % LANES == 0 && sp.C + 2 == packed.size(1), "f32_rows_packed_linear: x must be one row of ",
+  TORCH_CHECK(K % LANES == 0 && sp.C + 2 == packed.size(1), "f32_rows_packed_linear: x must be rows of ",
               (packed.size(1) - 1) * LANES, " inputs, got shape ", x.sizes());
-  Row r("f32_rows_packed_linear", x, K, N, bias);
-  const float* xp = r.x1.data_ptr<float>();
+  Rows r("f32_rows_packed_linear", x, K, N, bias);
+  const float* xp = r.x2.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
-  const float* bp = r.bias;
   float* yp = r.y.data_ptr<float>();
-  const int64_t stride = (sp.C + 2) * RB * LANES;
-  const bool wide = avx512();
-  at::parallel_for(0, packed.size(0), grain(K), [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; ++i) {
-      const float* bi = bp == nullptr ? nullptr : bp + i * RB;
-      if (wide)
-        packed_block_avx512(xp, wp + i * stride, K, sp, bi, yp + i * RB);
-      else
-        packed_block(xp, wp + i * stride, K, sp, bi, yp + i * RB);
-    }
-  });
+  const int64_t blocks = packed.size(0);
+  switch (r.M) {
+    case 1: packed_call<1>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 2: packed_call<2>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 3: packed_call<3>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 4: packed_call<4>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 5: packed_call<5>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 6: packed_call<6>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    case 7: packed_call<7>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+    default: packed_call<8>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
+  }
   return r.y.view(r.sizes);
 }
 

@@ -124,27 +124,31 @@ def _sample(entries: list[RowWeight]) -> list[RowWeight]:
 def _time(
     entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[..., Tensor]
 ) -> tuple[float, float]:
-    """Median ms of one row through every weight of ``entries`` with ``now`` and with ``ours``
-    (each called as ``fn(x, module, weight, bias)``), alternated."""
-    x = {k: torch.randn(1, 1, k) for k in {int(w.shape[1]) for _, w, _ in entries}}
+    """Median ms of one row and of two (one stream's step, two streams') through every weight of
+    ``entries`` with ``now`` and with ``ours`` (each called as ``fn(x, module, weight, bias)``), alternated."""
+    ks = {int(w.shape[1]) for _, w, _ in entries}
+    xs = [{k: torch.randn(rows, 1, k) for k in ks} for rows in (1, 2)]
 
     def run(fn: Callable[..., Tensor]) -> None:
-        for m, w, b in entries:
-            fn(x[int(w.shape[1])], m, w, b)
+        for x in xs:
+            for m, w, b in entries:
+                fn(x[int(w.shape[1])], m, w, b)
 
     return time_both(lambda: run(now), lambda: run(ours))
 
 
 def choose(
-    talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int
+    talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int, onednn: bool
 ) -> dict[str, object]:
     """Put the float32 decode rows of ``talker`` on these kernels where they give the BLAS's bits.
 
     Every Linear runs its one-row products on :func:`linear`; the code predictor's layers (15 steps a
     frame: most of a frame's weight reads) on :func:`packed_linear` through packed copies of their
-    weights. Both need :func:`matches_blas` on every weight they serve (all checked). With ``wanted``
-    None each is taken only where it measures at most :data:`_MARGIN` of the time of the path it
-    replaces (``split_linear`` in ``parts`` blocks, or ``F.linear``); False: neither.
+    weights; both also take the rows of a batched step (up to :data:`.rows_linear.F32_ROWS_MAX`
+    streams), each row getting the bits it gets alone. Both need :func:`matches_blas` on every weight
+    they serve (all checked). With ``wanted`` None each is taken only where one and two rows measure
+    at most :data:`_MARGIN` of the time of the paths they replace (``split_linear`` in ``parts``
+    blocks or ``F.linear``; oneDNN for batches where ``onednn``); False: neither.
 
     Returns what was checked, timed and chosen: ``{"bitwise", "rows", "packed", "packed_mb", ...}``.
     """
@@ -161,7 +165,7 @@ def choose(
         return out
 
     def now(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
-        return rows_linear(x, w, b, False, parts)
+        return rows_linear(x, w, b, onednn, parts)
 
     def rows(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
         return linear(x, w, b)

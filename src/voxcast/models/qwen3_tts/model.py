@@ -146,7 +146,9 @@ class Qwen3TTS:
             from voxcast.models.qwen3_tts import f32_rows as f32_rows_kernel
 
             cp_layers = self.talker.code_predictor.model.layers
-            self.f32_rows = f32_rows_kernel.choose(self.talker, cp_layers, f32_rows, self.row_parts)
+            self.f32_rows = f32_rows_kernel.choose(
+                self.talker, cp_layers, f32_rows, self.row_parts, self.onednn_rows
+            )
         if compile:
             self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
         elif trace_steps:  # recorded by prepare_batches or on first use

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "F32_ROWS_MAX",
     "MAX_SPLIT_ROWS",
     "Linear",
     "kernel_choice",
@@ -73,21 +74,33 @@ def rows_linear(
 ) -> Tensor:
     """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
 
-    With ``onednn``, a batch of rows (``x.shape[0] > 1``) runs on oneDNN. One row runs on voxcast's
-    float32 row kernel (:mod:`.f32_rows`) through ``packed`` where given, else through the weight
-    with ``f32_rows``; with ``parts > 1``, one to three rows of a float32 CPU Linear run as
-    :func:`split_linear`. Both are bitwise ``F.linear``'s values (the row kernel where the model
-    checked it at load).
+    One row, or up to :data:`F32_ROWS_MAX` one-position rows (a batched step's streams), run on
+    voxcast's float32 row kernels (:mod:`.f32_rows`) through ``packed`` where given, else through the
+    weight with ``f32_rows``: each row gets the bits ``F.linear`` gives it alone (where the model
+    checked that at load). Otherwise, with ``onednn`` a batch of rows (``x.shape[0] > 1``) runs on
+    oneDNN (equal to one row's to float rounding); with ``parts > 1``, one to three rows of a float32
+    CPU Linear run as :func:`split_linear` (bitwise ``F.linear``).
     """
-    if onednn and x.shape[0] > 1:
-        return onednn_linear(x, weight, bias)
-    if (f32_rows or packed is not None) and x.numel() == weight.shape[-1]:
+    if (f32_rows or packed is not None) and _one_position_rows(x, weight):
         if packed is not None:
             return torch.ops.voxcast.f32_rows_packed_linear(x, packed[0], bias, packed[1])
         return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
+    if onednn and x.shape[0] > 1:
+        return onednn_linear(x, weight, bias)
     if parts > 1 and _splittable(x, weight, parts):
         return split_linear(x, weight, bias, parts)
     return F.linear(x, weight, bias)
+
+
+#: Most rows voxcast's float32 row kernels take in one call (``f32_rows.cpp``).
+F32_ROWS_MAX = 4
+
+
+def _one_position_rows(x: Tensor, weight: Tensor) -> bool:
+    """One row, or 2-:data:`F32_ROWS_MAX` rows of one position each (a batched step's streams, not
+    several positions of one stream: the BLAS sums those in its multi-column order)."""
+    rows = x.numel() // max(int(weight.shape[-1]), 1)
+    return rows == 1 or (1 < rows <= F32_ROWS_MAX and x.dim() >= 2 and x.shape[-2] == 1)
 
 
 #: Smallest block (outputs, and outputs x inputs) :func:`rows_linear` splits a row into. Below
