@@ -355,14 +355,18 @@ def _run(
 
 
 def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict[str, Any]]:
-    """Batched runs at each ``--streams`` level; ``--rows-kernel both`` alternates aten and oneDNN."""
+    """Batched runs at each ``--streams`` level; ``--rows-kernel both`` alternates aten and oneDNN,
+    ``--f32-rows both`` voxcast's float32 row kernels (as measured at load) and PyTorch's."""
     kernels = ["aten", "onednn"] if args.rows_kernel == "both" else [args.rows_kernel]
+    f32s = ["auto", "off"] if args.f32_rows == "both" else [args.f32_rows]
+    arms = [(k, f) for k in kernels for f in f32s]
+    label = {a: " ".join(x for x in (a[0], f"f32-rows {a[1]}" if len(f32s) > 1 else "") if x) for a in arms}
     rows: list[dict[str, Any]] = []
     base: dict[str, float] = {}
     for s in (int(x) for x in args.streams.split(",")):
-        runs: dict[str, list[dict]] = {k: [] for k in kernels}
+        runs: dict[str, list[dict]] = {label[a]: [] for a in arms}
         for rep in range(args.reps):
-            for k in kernels if rep % 2 == 0 else kernels[::-1]:
+            for k, f in arms if rep % 2 == 0 else arms[::-1]:
                 r = _run(
                     cur,
                     model,
@@ -373,8 +377,9 @@ def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict
                     trace=args.trace,
                     rows_kernel=k,
                     int8_kernel="auto" if args.int8_kernel == "both" else args.int8_kernel,
+                    f32_rows=f,
                 )
-                runs[k].append(r)
+                runs[label[(k, f)]].append(r)
         for k, rs in runs.items():
             fps = _median(rs, "frames_per_s")
             base.setdefault(k, fps)
@@ -385,6 +390,7 @@ def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict
                     "streams": s,
                     "rows_kernel": k,
                     "onednn_rows": on,
+                    "f32_rows": rs[0].get("f32_rows"),
                     "frames_per_s": fps,
                     "per_stream_frame_ms": per,
                 }
@@ -394,10 +400,17 @@ def _batched_runs(args: argparse.Namespace, cur: Path, model: Path) -> list[dict
                 f"({fps / base[k]:.2f}x), {per:.1f} ms/frame/stream",
                 flush=True,
             )
-        if len(kernels) == 2:
+        if len(kernels) == 2 and len(f32s) == 1:
             ratio = _median(runs["onednn"], "frames_per_s") / _median(runs["aten"], "frames_per_s")
             rows[-1]["onednn_vs_aten"] = ratio
             print(f"{s} streams: oneDNN rows / PyTorch's rows = {ratio:.2f}x frames/s", flush=True)
+        if len(f32s) == 2 and len(kernels) == 1:
+            on_off = [_median(runs[label[(kernels[0], f)]], "frames_per_s") for f in f32s]
+            rows[-1]["f32_rows_vs_off"] = on_off[0] / on_off[1]
+            print(
+                f"{s} streams: float32 row kernels / PyTorch's = {on_off[0] / on_off[1]:.2f}x frames/s",
+                flush=True,
+            )
     return rows
 
 
