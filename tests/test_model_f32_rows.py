@@ -216,3 +216,10 @@ def test_setting_from_the_environment() -> None:
     assert EngineConfig.from_env({"VOXCAST_F32_ROWS": "ON"}).f32_rows == "on"
     with pytest.raises(ValueError, match="VOXCAST_F32_ROWS"):
         EngineConfig.from_env({"VOXCAST_F32_ROWS": "maybe"})
+
+
+def test_compiled_steps_go_back_to_pytorch_kernels(tiny_model_dir: Any) -> None:
+    model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), f32_rows=True)
+    model.talker.use_static_decode(backend="eager")  # the custom operations have no compiled form
+    assert not any(getattr(m, "f32_rows", False) for m in model.talker.modules())
+    assert all(getattr(m, "row_packed", None) is None for m in model.talker.modules())

@@ -175,8 +175,8 @@ class Linear(nn.Linear):
         return [(self, self.weight, self.bias)]
 
 
-def set_flags(module: nn.Module, name: str, on: bool | int) -> int:
-    """Set the kernel flag ``name`` on every submodule that has it; returns how many."""
+def set_flags(module: nn.Module, name: str, on: object) -> int:
+    """Set the kernel flag (or state) ``name`` on every submodule that has it; returns how many."""
     n = 0
     for m in module.modules():
         if hasattr(m, name):

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
-from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear
+from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear, set_flags
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
@@ -522,6 +522,9 @@ class Talker(nn.Module):
         graphs (:mod:`.graphs`; CUDA graphs for the code predictor on CUDA). Not bit-exact."""
         from voxcast.models.qwen3_tts.graphs import static_decode_for
 
+        # voxcast's float32 row kernels (.f32_rows) have no compiled form: PyTorch's kernels again
+        set_flags(self, "f32_rows", False)
+        set_flags(self, "row_packed", None)
         self.static = static_decode_for(self, backend=backend, cuda_graphs=cuda_graphs)
         self.code_predictor.static = self.static
 
