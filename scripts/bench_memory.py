@@ -1,7 +1,8 @@
 """Memory benchmark: resident memory of a loaded, warmed engine and what each concurrent stream adds.
 
 For each configuration (``--configs``: ``fp32`` = float32 weights and codec, ``int8`` = int8
-talker/code-predictor weights and a bfloat16 codec) a child process (so every figure starts from a
+talker/code-predictor weights and a bfloat16 codec, ``fp32-rows-off`` = fp32 without voxcast's
+float32 row kernels and their packed weights) a child process (so every figure starts from a
 clean process) loads the random full-size checkpoint (``--size``; see bench_engine.py), and records
 resident memory (RSS, from /proc) after importing torch, after loading, and after warm-up (the
 engine then returns freed heap memory to the OS: ``heap_trim`` has RSS before and after), plus the
@@ -54,6 +55,8 @@ LONG_TEXT = " ".join(
 CONFIGS: dict[str, dict[str, Any]] = {
     "fp32": {"dtype": "float32", "quant": "none", "codec_dtype": "float32"},
     "int8": {"dtype": "float32", "quant": "int8", "codec_dtype": "bfloat16"},
+    # float32 on PyTorch's kernels only (no packed copies for voxcast's float32 row kernels)
+    "fp32-rows-off": {"dtype": "float32", "quant": "none", "codec_dtype": "float32", "f32_rows": "off"},
 }
 
 
