@@ -25,6 +25,8 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "linear_rows.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -149,28 +151,12 @@ bool avx512() {
   return ok;
 }
 
-// The checked arguments of a call: x 1..MAX_ROWS rows of K float32, bias N float32 or none.
-struct Rows {
-  at::Tensor x2, bias_c, y;
-  const float* bias = nullptr;
-  int64_t M = 0;
-  std::vector<int64_t> sizes;
-
-  Rows(const char* name, const at::Tensor& x, int64_t K, int64_t N, const std::optional<at::Tensor>& b) {
-    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, name, ": x must be float32 on the CPU");
-    TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K && x.numel() >= K && x.numel() <= MAX_ROWS * K, name,
-                ": x must be 1 to ", MAX_ROWS, " rows of ", K, " inputs, got shape ", x.sizes());
-    if (b.has_value()) {
-      bias_c = b->contiguous();
-      TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, name, ": bias must be ", N,
-                  " float32 values");
-      bias = bias_c.data_ptr<float>();
-    }
-    x2 = x.reshape({-1, K}).contiguous();
-    M = x2.size(0);
-    sizes = x.sizes().vec();
-    sizes.back() = N;
-    y = at::empty({M, N}, x.options());
+// The checked arguments of a call (linear_rows.h), x holding 1..MAX_ROWS rows.
+struct Rows : voxcast::LinearRows {
+  Rows(const char* name, const at::Tensor& x, int64_t K_, int64_t N_, const std::optional<at::Tensor>& b)
+      : LinearRows(name, x, N_, b) {
+    TORCH_CHECK(K == K_ && M >= 1 && M <= MAX_ROWS, name, ": x must be 1 to ", MAX_ROWS, " rows of ", K_,
+                " inputs, got shape ", x.sizes());
   }
 };
 
@@ -210,7 +196,7 @@ at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::
     case 7: rows_call<7>(xp, wp, N, K, sp, r.bias, yp); break;
     default: rows_call<8>(xp, wp, N, K, sp, r.bias, yp); break;
   }
-  return r.y.view(r.sizes);
+  return r.out();
 }
 
 at::Tensor f32_rows_pack(const at::Tensor& w) {
@@ -271,7 +257,7 @@ at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed,
     case 7: packed_call<7>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
     default: packed_call<8>(xp, wp, blocks, N, K, sp, r.bias, yp); break;
   }
-  return r.y.view(r.sizes);
+  return r.out();
 }
 
 int64_t f32_rows_peel(const at::Tensor& w) { return peel_of(w.data_ptr()); }

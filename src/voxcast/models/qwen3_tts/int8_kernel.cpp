@@ -26,6 +26,8 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include "linear_rows.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -116,38 +118,26 @@ at::Tensor int8_pack(const at::Tensor& w) {
   return blocked("int8_pack", w, R, KS, padded);
 }
 
-// A call's checked arguments: x as [M, K] rows, the output [M, N] and the bias pointer (or null).
-struct Call {
-  at::Tensor x2, y, bias_c;
-  const float* bias = nullptr;
-  int64_t M = 0, K = 0, N = 0;
-  std::vector<int64_t> sizes;  // x's leading dimensions, then N
-
+// A call's checked arguments: those of every Linear (linear_rows.h), and a packed weight and scale
+// that match them.
+struct Call : voxcast::LinearRows {
   // name: the op (for messages); block_outputs / block_bytes: the layout's outputs per block and
   // bytes per block for K inputs; inputs_step: K must be a multiple of it.
   Call(const char* name, const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
        const std::optional<at::Tensor>& b, int64_t block_outputs, int64_t (*block_bytes)(int64_t),
-       int64_t inputs_step) {
-    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, name, ": x must be float32 on the CPU");
+       int64_t inputs_step)
+      : LinearRows(name, x, checked_scale(name, scale).size(0), b) {
     TORCH_CHECK(packed.scalar_type() == at::kChar && packed.dim() == 2 && packed.is_contiguous(), name,
                 ": packed must come from the same variant's pack");
-    TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous(), name,
-                ": scale must be a contiguous float32 vector");
-    K = x.size(-1);
-    N = scale.size(0);
     TORCH_CHECK(K % inputs_step == 0 && packed.size(1) == block_bytes(K) &&
                     packed.size(0) == (N + block_outputs - 1) / block_outputs,
                 name, ": packed weight does not match x's inputs and scale's outputs");
-    if (b.has_value()) {
-      bias_c = b->contiguous();
-      TORCH_CHECK(bias_c.scalar_type() == at::kFloat && bias_c.numel() == N, name, ": bad bias");
-      bias = bias_c.data_ptr<float>();
-    }
-    x2 = x.reshape({-1, K}).contiguous();
-    M = x2.size(0);
-    sizes = x.sizes().vec();
-    sizes.back() = N;
-    y = at::empty({M, N}, x.options());
+  }
+
+  static const at::Tensor& checked_scale(const char* name, const at::Tensor& scale) {
+    TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.is_contiguous(), name,
+                ": scale must be a contiguous float32 vector");
+    return scale;
   }
 };
 
@@ -165,7 +155,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   at::parallel_for(0, packed.size(0), 8, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) block(xp, M, K, wp + i * R * K, sp, b, yp, N, i * R);
   });
-  return c.y.view(c.sizes);
+  return c.out();
 }
 
 
@@ -311,7 +301,7 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& packed, const
   at::parallel_for(0, packed.size(0), 1, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) vnni_block(hi, lo, M, K, wp + i * stride, step.data(), sp, b, yp, N, i * V);
   });
-  return c.y.view(c.sizes);
+  return c.out();
 }
 
 bool int8_supported() { return cpu_supported(); }

@@ -61,6 +61,8 @@ ENCODER_OPS_SOURCE = Path(__file__).with_name("encoder_ops.cpp")
 #: And float32 decode rows in the BLAS's own order (:mod:`.f32_rows`).
 F32_ROWS_SOURCE = Path(__file__).with_name("f32_rows.cpp")
 _SOURCES = (SOURCE, DECODE_OPS_SOURCE, ENCODER_OPS_SOURCE, F32_ROWS_SOURCE)
+#: Included by the sources (part of what names a build).
+_HEADERS = (Path(__file__).with_name("linear_rows.h"),)
 #: Environment variable naming where built kernels are kept.
 KERNEL_DIR_ENV = "VOXCAST_KERNEL_DIR"
 #: Compiler flags. The kernel's FMAs are explicit; with contraction off the compiler adds no others,
@@ -77,7 +79,7 @@ def build_dir() -> Path:
     """Where this source's build for this PyTorch lives (a name that changes with either)."""
     root = Path(os.environ.get(KERNEL_DIR_ENV) or Path.home() / ".cache" / "voxcast" / "kernels")
     digest = hashlib.sha256(
-        b"".join(s.read_bytes() for s in _SOURCES) + repr((CFLAGS, torch.__version__)).encode()
+        b"".join(s.read_bytes() for s in (*_SOURCES, *_HEADERS)) + repr((CFLAGS, torch.__version__)).encode()
     ).hexdigest()[:12]
     return root / f"int8-{digest}"
 
