@@ -8,9 +8,13 @@ with exactly the BLAS's operations in the BLAS's order (its comment gives the or
 side by side on each thread, so the values stay bitwise ``F.linear``'s, i.e. the official
 implementation's, while the weights stream at the memory's speed:
 
-- :func:`linear` reads the weight as it is (no extra memory), 8 rows at a time;
+- :func:`linear` reads the weight as it is (no extra memory), 8 outputs at a time;
 - :func:`pack` lays a weight out as one sequential stream per 8 outputs and :func:`packed_linear`
   reads that (a second copy of the weight, but at a plain read's speed).
+
+Both take up to 8 rows at once, each weight vector loaded once for all of them, every row getting the
+bits it would get alone; the model sends them a batched step's streams up to
+:data:`.rows_linear.F32_ROWS_MAX` (4), below which they measured faster than oneDNN.
 
 The order is the BLAS's on CPUs where it takes that path (it may take another elsewhere), so a model
 uses these only where :func:`matches_blas` found the same bits on every weight they would serve
@@ -29,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voxcast.models.qwen3_tts import int8_kernel
-from voxcast.models.qwen3_tts.rows_linear import Linear, time_both
+from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear, time_both
 from voxcast.models.qwen3_tts.talker import MLP, Attention
 
 __all__ = ["Packed", "available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
@@ -43,7 +47,7 @@ def available() -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` of one row x [..., K] through a row-major float32 weight [N, K]."""
+    """``F.linear`` of x [..., K] (1 to 8 rows) through a row-major float32 weight [N, K]."""
     return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
 
 
@@ -64,7 +68,7 @@ def pack(weight: Tensor) -> Packed:
 
 
 def packed_linear(x: Tensor, packed: Packed, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` of one row x [..., K] through a weight packed by :func:`pack`."""
+    """``F.linear`` of x [..., K] (1 to 8 rows) through a weight packed by :func:`pack`."""
     return torch.ops.voxcast.f32_rows_packed_linear(x, packed.weight, bias, packed.peel)
 
 
@@ -152,8 +156,6 @@ def choose(
 
     Returns what was checked, timed and chosen: ``{"bitwise", "rows", "packed", "packed_mb", ...}``.
     """
-    from voxcast.models.qwen3_tts.rows_linear import rows_linear
-
     entries = row_weights(talker)
     cp = row_weights(code_predictor_layers)
     out: dict[str, object] = {"rows": False, "packed": False, "packed_mb": 0.0}
