@@ -27,15 +27,18 @@ pytestmark = pytest.mark.skipif(not f32_rows.available(), reason="voxcast's C++ 
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024), (128, 64), (40, 36)]
 
 
-def _order(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> np.ndarray:
+def _order(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, columns: int = 1) -> np.ndarray:
     """The order the kernels reproduce, in NumPy float32 (each product and sum rounded on its own)."""
     peel = 4 - (w.data_ptr() >> 2) % 4  # scalar inputs first: to the first 16-byte aligned weight, or 4
     p = w.numpy() * x.reshape(-1).numpy()  # [N, K] products
-    s = p[:, 0]
-    for k in range(1, peel):
-        s = s + p[:, k]
     lanes = np.zeros((w.shape[0], 4), dtype=np.float32)
-    lanes[:, 0] = s
+    if columns == 2:  # the two-column product (aligned rows): the first four products start the lanes
+        lanes = lanes + p[:, :4]
+    else:
+        s = p[:, 0]
+        for k in range(1, peel):
+            s = s + p[:, k]
+        lanes[:, 0] = s
     k = peel
     while k + 4 <= w.shape[1]:
         lanes = lanes + p[:, k : k + 4]
@@ -81,6 +84,21 @@ def test_bitwise_f_linear_where_the_blas_takes_that_order(n: int, k: int, offset
     assert f32_rows.matches_blas(w, b, f32_rows.pack(w) if n % 8 == 0 else None)
 
 
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_pairs_of_positions_in_the_two_column_order(n: int, k: int) -> None:
+    _, w, b = _data(n, k)
+    pair = torch.randn(3, 2, k, generator=torch.Generator().manual_seed(k))  # 3 streams' two positions
+    for bias in (None, b):
+        want = np.stack([_order(pair[i // 2, i % 2], w, bias, columns=2) for i in range(6)])
+        assert np.array_equal(f32_rows.linear(pair, w, bias, 2).reshape(6, -1).numpy(), want)
+        if n % 8 == 0:
+            got = f32_rows.packed_linear(pair, f32_rows.pack(w), bias, 2)
+            assert np.array_equal(got.reshape(6, -1).numpy(), want)
+        if _blas_order():
+            alone = torch.cat([F.linear(pair[i : i + 1], w, bias) for i in range(3)])
+            assert torch.equal(f32_rows.linear(pair, w, bias, 2), alone)
+
+
 @pytest.mark.parametrize("rows", [2, 3, 5, 8])
 @pytest.mark.parametrize(("n", "k"), [(4096, 1024), (1024, 3072), (40, 36)])
 def test_rows_of_a_batch_get_the_bits_each_gets_alone(n: int, k: int, rows: int) -> None:
@@ -97,26 +115,41 @@ def test_rows_of_a_batch_get_the_bits_each_gets_alone(n: int, k: int, rows: int)
         assert torch.equal(alone, torch.cat([F.linear(x[i : i + 1], w, b) for i in range(rows)]))
 
 
-def test_rows_linear_sends_one_position_rows_to_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_linear_sends_one_position_rows_and_pairs_to_the_kernels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from voxcast.models.qwen3_tts import rows_linear as rl
 
-    calls: list[tuple[int, ...]] = []
+    calls: list[tuple[tuple[int, ...], int]] = []
     real = torch.ops.voxcast.f32_rows_linear
 
     class Spy:
         def __getattr__(self, name: str) -> Any:
             if name == "f32_rows_linear":
-                return lambda x, w, b: (calls.append(tuple(x.shape)), real(x, w, b))[1]
+                return lambda x, w, b, c: (calls.append((tuple(x.shape), c)), real(x, w, b, c))[1]
             return getattr(torch.ops.voxcast, name)
 
     monkeypatch.setattr(rl.torch.ops, "voxcast", Spy(), raising=False)
     w = torch.randn(128, 64)
+    shifted = torch.randn(128 * 64 + 2)[2:].view(128, 64)  # rows start 8 bytes past alignment
     for x in (torch.randn(64), torch.randn(1, 64), torch.randn(1, 1, 64), torch.randn(4, 1, 64)):
         rl.rows_linear(x, w, None, True, 2, f32_rows=True)
-    for x in (torch.randn(1, 2, 64), torch.randn(3, 64), torch.randn(5, 1, 64), torch.randn(2, 2, 64)):
-        # positions of one stream, rows that are not one position each, more than F32_ROWS_MAX rows
-        assert torch.equal(rl.rows_linear(x, w, None, False, 2, f32_rows=True), F.linear(x, w))
-    assert calls == [(64,), (1, 64), (1, 1, 64), (4, 1, 64)]
+    for x in (torch.randn(1, 2, 64), torch.randn(4, 2, 64)):
+        rl.rows_linear(x, w, None, True, 2, f32_rows=True)
+    for x in (torch.randn(1, 3, 64), torch.randn(3, 64), torch.randn(5, 1, 64), torch.randn(5, 2, 64)):
+        # more positions, rows that are not streams' positions, more than F32_ROWS_MAX streams
+        assert torch.equal(
+            rl.rows_linear(x, w, None, False, 2, f32_rows=True), rl.rows_linear(x, w, None, False, 2)
+        )
+    rl.rows_linear(torch.randn(1, 2, 64), shifted, None, False, 2, f32_rows=True)  # pairs: aligned rows only
+    assert calls == [
+        ((64,), 1),
+        ((1, 64), 1),
+        ((1, 1, 64), 1),
+        ((4, 1, 64), 1),
+        ((1, 2, 64), 2),
+        ((4, 2, 64), 2),
+    ]
 
 
 def test_output_shape_follows_x_and_threads_do_not_change_values() -> None:
@@ -158,6 +191,11 @@ def test_bad_arguments_are_refused_by_name() -> None:
         packed(x, w, None, 4)
     with pytest.raises(RuntimeError, match="peel"):
         packed(x, f32_rows.pack(w).weight, None, 5)
+    with pytest.raises(RuntimeError, match="order"):
+        f32_rows.linear(x, w, None, 3)
+    shifted = f32_rows.pack(_data(64, 64, offset=1)[1])
+    with pytest.raises(RuntimeError, match="order"):
+        packed(torch.randn(1, 2, 64), shifted.weight, None, shifted.peel, 2)
     with pytest.raises(RuntimeError, match="float32"):
         f32_rows.linear(x.double(), w)
 

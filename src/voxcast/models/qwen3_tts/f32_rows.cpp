@@ -9,6 +9,9 @@
 // following 4-input vectors' element l, in order; the result is (lane0 + lane2) + (lane1 + lane3),
 // plus the last (4 - P) % 4 products in order, plus the bias. Each product and each sum is rounded
 // on its own (no FMA; CFLAGS has -ffp-contract=off). Other K or strides go to at::linear.
+// Its product of two columns (a prefill of two positions) sums each output alike but without the
+// scalar start: for rows that start 16-byte aligned the first four products start the lanes (order 2;
+// the order of other rows there was not probed, and such calls go to at::linear).
 //
 // The BLAS runs one dependent chain of 4-wide adds per output on one thread (~22 GB/s a core here,
 // where the memory delivers ~38). These kernels run several outputs' chains side by side on every
@@ -57,10 +60,21 @@ inline float combine(__m128 a) {
 }
 
 // The shape of one row's sum: P scalar inputs, C vectors of 4, then T scalar inputs added last.
+// `lanes_head`: the BLAS's two-column order instead, where the first four products start the lanes
+// (no scalar sum; known for rows that start 16-byte aligned, P = 4, only).
 struct Split {
   int64_t P, C, T;
-  Split(int64_t K, int64_t peel) : P(peel), C((K - peel) / LANES), T((K - peel) % LANES) {}
+  bool lanes_head;
+  Split(int64_t K, int64_t peel, bool two_columns = false)
+      : P(peel), C((K - peel) / LANES), T((K - peel) % LANES), lanes_head(two_columns) {}
 };
+
+// The lanes before the vectors: [s, 0, 0, 0], s the scalar sum of the first P products, or with
+// `lanes_head` 0 + each of the first four products in its lane.
+inline __m128 head_lanes(const float* w, const float* x, const Split& sp) {
+  if (sp.lanes_head) return _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(_mm_loadu_ps(w), _mm_loadu_ps(x)));
+  return _mm_set_ss(dot_seq(w, x, sp.P));
+}
 
 // Outputs [0, R) of row-major rows w (stride K) for the M rows of x (stride K), y rows of stride N.
 template <int R, int M>
@@ -68,7 +82,7 @@ inline void rows_block(const float* x, const float* w, int64_t K, int64_t N, Spl
                        float* y) {
   __m128 acc[M][R];
   for (int m = 0; m < M; ++m)
-    for (int i = 0; i < R; ++i) acc[m][i] = _mm_set_ss(dot_seq(w + i * K, x + m * K, sp.P));
+    for (int i = 0; i < R; ++i) acc[m][i] = head_lanes(w + i * K, x + m * K, sp);
   const int64_t end = sp.P + sp.C * LANES;
   for (int64_t k = sp.P; k < end; k += LANES) {
     if (((k - sp.P) & 15) == 0)
@@ -105,7 +119,7 @@ inline void packed_ends(const float* x, const float* p, int64_t K, Split sp, con
 // One packed block for one row of x, SSE.
 inline void packed_block(const float* x, const float* p, int64_t K, Split sp, const float* bias, float* y) {
   __m128 acc[RB];
-  for (int i = 0; i < RB; ++i) acc[i] = _mm_set_ss(dot_seq(p + i * LANES, x, sp.P));
+  for (int i = 0; i < RB; ++i) acc[i] = head_lanes(p + i * LANES, x, sp);
   for (int64_t c = 0; c < sp.C; ++c) {
     const float* q = p + (c + 1) * RB * LANES;
     const __m128 xv = _mm_loadu_ps(x + sp.P + c * LANES);
@@ -123,11 +137,14 @@ __attribute__((target("avx512f"))) void packed_block_avx512(const float* x, cons
                                                             Split sp, const float* bias, float* y) {
   __m512 a[M][2];
   for (int m = 0; m < M; ++m) {
-    float h[RB];
-    for (int i = 0; i < RB; ++i) h[i] = dot_seq(p + i * LANES, x + m * K, sp.P);
     // element 4 i + l: lane l of output i (of output 4 + i in a[m][1])
-    a[m][0] = _mm512_set_ps(0, 0, 0, h[3], 0, 0, 0, h[2], 0, 0, 0, h[1], 0, 0, 0, h[0]);
-    a[m][1] = _mm512_set_ps(0, 0, 0, h[7], 0, 0, 0, h[6], 0, 0, 0, h[5], 0, 0, 0, h[4]);
+    for (int h = 0; h < 2; ++h) {
+      const float* ph = p + 4 * h * LANES;
+      __m512 v = _mm512_castps128_ps512(head_lanes(ph, x + m * K, sp));
+      v = _mm512_insertf32x4(v, head_lanes(ph + LANES, x + m * K, sp), 1);
+      v = _mm512_insertf32x4(v, head_lanes(ph + 2 * LANES, x + m * K, sp), 2);
+      a[m][h] = _mm512_insertf32x4(v, head_lanes(ph + 3 * LANES, x + m * K, sp), 3);
+    }
   }
   for (int64_t c = 0; c < sp.C; ++c) {
     const float* q = p + (c + 1) * RB * LANES;
@@ -175,14 +192,17 @@ void rows_call(const float* x, const float* w, int64_t N, int64_t K, Split sp, c
     rows_block<1, M>(x, w + n * K, K, N, sp, bias == nullptr ? nullptr : bias + n, y + n);
 }
 
-at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+at::Tensor f32_rows_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                           int64_t order) {
   TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.dim() == 2,
               "f32_rows_linear: w must be a float32 [N, K] matrix on the CPU");
+  TORCH_CHECK(order == 1 || order == 2, "f32_rows_linear: order must be 1 or 2 (columns), got ", order);
   const int64_t N = w.size(0), K = w.size(1);
-  if (!w.is_contiguous() || K % LANES != 0 || K < 2 * LANES || reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4)
+  if (!w.is_contiguous() || K % LANES != 0 || K < 2 * LANES || reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4 ||
+      (order == 2 && peel_of(w.data_ptr()) != LANES))
     return at::linear(x, w, bias);  // the BLAS takes other paths there
   Rows r("f32_rows_linear", x, K, N, bias);
-  const Split sp(K, peel_of(w.data_ptr()));
+  const Split sp(K, peel_of(w.data_ptr()), order == 2);
   const float* xp = r.x2.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* yp = r.y.data_ptr<float>();
@@ -232,14 +252,16 @@ void packed_call(const float* x, const float* p, int64_t blocks, int64_t N, int6
 }
 
 at::Tensor f32_rows_packed_linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                                  int64_t peel) {
+                                  int64_t peel, int64_t order) {
   TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.dim() == 4 && packed.size(2) == RB &&
                   packed.size(3) == LANES && packed.is_contiguous() &&
                   reinterpret_cast<std::uintptr_t>(packed.data_ptr()) % 64 == 0,
               "f32_rows_packed_linear: packed must come from f32_rows_pack");
   TORCH_CHECK(peel >= 1 && peel <= LANES, "f32_rows_packed_linear: peel must be 1-4, got ", peel);
+  TORCH_CHECK(order == 1 || (order == 2 && peel == LANES), "f32_rows_packed_linear: order must be 1, or 2 "
+              "(columns) for a weight whose rows start 16-byte aligned (peel 4), got order ", order, " peel ", peel);
   const int64_t N = packed.size(0) * RB, K = x.size(-1);
-  const Split sp(K, peel);
+  const Split sp(K, peel, order == 2);
   TORCH_CHECK(K % LANES == 0 && sp.C + 2 == packed.size(1), "f32_rows_packed_linear: x must be rows of ",
               (packed.size(1) - 1) * LANES, " inputs, got shape ", x.sizes());
   Rows r("f32_rows_packed_linear", x, K, N, bias);
@@ -265,9 +287,9 @@ int64_t f32_rows_peel(const at::Tensor& w) { return peel_of(w.data_ptr()); }
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(voxcast, m) {
-  m.def("f32_rows_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
+  m.def("f32_rows_linear(Tensor x, Tensor w, Tensor? bias, int order=1) -> Tensor");
   m.def("f32_rows_pack(Tensor w) -> Tensor");
-  m.def("f32_rows_packed_linear(Tensor x, Tensor packed, Tensor? bias, int peel) -> Tensor");
+  m.def("f32_rows_packed_linear(Tensor x, Tensor packed, Tensor? bias, int peel, int order=1) -> Tensor");
   m.def("f32_rows_peel(Tensor w) -> int", &f32_rows_peel);
 }
 

@@ -46,9 +46,12 @@ def available() -> bool:
     return int8_kernel.load()
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` of x [..., K] (1 to 8 rows) through a row-major float32 weight [N, K]."""
-    return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, columns: int = 1) -> Tensor:
+    """``F.linear`` of x [..., K] (1 to 8 rows) through a row-major float32 weight [N, K].
+
+    Each row gets the bits the BLAS gives it in a product of ``columns`` (1, or 2: a pair of positions,
+    as the code predictor's first step computes them) rows."""
+    return torch.ops.voxcast.f32_rows_linear(x, weight, bias, columns)
 
 
 class Packed(NamedTuple):
@@ -67,25 +70,29 @@ def pack(weight: Tensor) -> Packed:
     return Packed(torch.ops.voxcast.f32_rows_pack(weight), int(torch.ops.voxcast.f32_rows_peel(weight)))
 
 
-def packed_linear(x: Tensor, packed: Packed, bias: Tensor | None = None) -> Tensor:
-    """``F.linear`` of x [..., K] (1 to 8 rows) through a weight packed by :func:`pack`."""
-    return torch.ops.voxcast.f32_rows_packed_linear(x, packed.weight, bias, packed.peel)
+def packed_linear(x: Tensor, packed: Packed, bias: Tensor | None = None, columns: int = 1) -> Tensor:
+    """``F.linear`` of x [..., K] (1 to 8 rows) through a weight packed by :func:`pack` (``columns``
+    as in :func:`linear`; 2 needs a weight whose rows start 16-byte aligned, ``peel`` 4)."""
+    return torch.ops.voxcast.f32_rows_packed_linear(x, packed.weight, bias, packed.peel, columns)
 
 
 def matches_blas(
     weight: Tensor, bias: Tensor | None = None, packed: Packed | None = None, draws: int = 2
 ) -> bool:
     """Whether :func:`linear` (and :func:`packed_linear` on ``packed``) give bitwise ``F.linear``'s
-    values for ``draws`` random rows through ``weight``; costs 2-3 products per draw."""
+    values for ``draws`` random rows through ``weight``, and for pairs of positions where the rows
+    start 16-byte aligned; costs 2-6 products per draw."""
     g = torch.Generator().manual_seed(weight.shape[0] * 7919 + weight.shape[1])
+    pairs = weight.data_ptr() % 16 == 0
     with torch.inference_mode():
         for i in range(draws):
-            x = torch.randn(1, 1, weight.shape[1], generator=g) * (10.0**i)
-            want = F.linear(x, weight, bias)
-            if not torch.equal(linear(x, weight, bias), want):
-                return False
-            if packed is not None and not torch.equal(packed_linear(x, packed, bias), want):
-                return False
+            for columns in (1, 2) if pairs else (1,):
+                x = torch.randn(1, columns, weight.shape[1], generator=g) * (10.0**i)
+                want = F.linear(x, weight, bias)
+                if not torch.equal(linear(x, weight, bias, columns), want):
+                    return False
+                if packed is not None and not torch.equal(packed_linear(x, packed, bias, columns), want):
+                    return False
     return True
 
 

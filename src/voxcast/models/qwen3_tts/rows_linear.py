@@ -74,17 +74,20 @@ def rows_linear(
 ) -> Tensor:
     """``F.linear(x, weight, bias)``, with the faster kernels this module chooses.
 
-    One row, or up to :data:`F32_ROWS_MAX` one-position rows (a batched step's streams), run on
-    voxcast's float32 row kernels (:mod:`.f32_rows`) through ``packed`` where given, else through the
-    weight with ``f32_rows``: each row gets the bits ``F.linear`` gives it alone (where the model
-    checked that at load). Otherwise, with ``onednn`` a batch of rows (``x.shape[0] > 1``) runs on
+    One row, up to :data:`F32_ROWS_MAX` one-position rows (a batched step's streams) or as many
+    pairs of positions (:func:`_kernel_columns`) run on voxcast's float32 row kernels
+    (:mod:`.f32_rows`) through ``packed`` where given, else through the weight with ``f32_rows``:
+    each stream's rows get the bits ``F.linear`` gives them alone (where the model checked that at
+    load). Otherwise, with ``onednn`` a batch of rows (``x.shape[0] > 1``) runs on
     oneDNN (equal to one row's to float rounding); with ``parts > 1``, one to three rows of a float32
     CPU Linear run as :func:`split_linear` (bitwise ``F.linear``).
     """
-    if (f32_rows or packed is not None) and _one_position_rows(x, weight):
-        if packed is not None:
-            return torch.ops.voxcast.f32_rows_packed_linear(x, packed[0], bias, packed[1])
-        return torch.ops.voxcast.f32_rows_linear(x, weight, bias)
+    if f32_rows or packed is not None:
+        columns = _kernel_columns(x, weight, packed)
+        if columns and packed is not None:
+            return torch.ops.voxcast.f32_rows_packed_linear(x, packed[0], bias, packed[1], columns)
+        if columns:
+            return torch.ops.voxcast.f32_rows_linear(x, weight, bias, columns)
     if onednn and x.shape[0] > 1:
         return onednn_linear(x, weight, bias)
     if parts > 1 and _splittable(x, weight, parts):
@@ -96,11 +99,19 @@ def rows_linear(
 F32_ROWS_MAX = 4
 
 
-def _one_position_rows(x: Tensor, weight: Tensor) -> bool:
-    """One row, or 2-:data:`F32_ROWS_MAX` rows of one position each (a batched step's streams, not
-    several positions of one stream: the BLAS sums those in its multi-column order)."""
+def _kernel_columns(x: Tensor, weight: Tensor, packed: tuple[Tensor, int] | None) -> int:
+    """Which BLAS product voxcast's float32 row kernels reproduce for x, 0 for none: 1 for one row or
+    up to :data:`F32_ROWS_MAX` rows of one position each (a batched step's streams), 2 for up to as
+    many pairs of positions (the code predictor's first step) through a weight whose rows start
+    16-byte aligned. Several positions of one stream otherwise go to the BLAS's own many-column
+    product."""
     rows = x.numel() // max(int(weight.shape[-1]), 1)
-    return rows == 1 or (1 < rows <= F32_ROWS_MAX and x.dim() >= 2 and x.shape[-2] == 1)
+    if rows == 1 or (1 < rows <= F32_ROWS_MAX and x.dim() >= 2 and x.shape[-2] == 1):
+        return 1
+    if x.dim() >= 3 and x.shape[-2] == 2 and rows <= 2 * F32_ROWS_MAX:
+        aligned = packed[1] == 4 if packed is not None else weight.data_ptr() % 16 == 0
+        return 2 if aligned else 0
+    return 0
 
 
 #: Smallest block (outputs, and outputs x inputs) :func:`rows_linear` splits a row into. Below
