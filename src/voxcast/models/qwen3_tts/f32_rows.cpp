@@ -53,10 +53,20 @@ inline float dot_seq(const float* w, const float* x, int64_t n) {
   return s;
 }
 
+// The BLAS's combination of the four lane sums.
+inline float combine(const float* l) { return (l[0] + l[2]) + (l[1] + l[3]); }
+
 inline float combine(__m128 a) {
   alignas(16) float v[4];
   _mm_store_ps(v, a);
-  return (v[0] + v[2]) + (v[1] + v[3]);
+  return combine(v);
+}
+
+// An output from its combined lanes: plus the T tail products in order (weights wt, inputs xt),
+// plus the bias (b: this output's, or null).
+inline float finish(float r, const float* wt, const float* xt, int64_t T, const float* b) {
+  for (int64_t t = 0; t < T; ++t) r = r + wt[t] * xt[t];
+  return b == nullptr ? r : r + *b;
 }
 
 // The shape of one row's sum: P scalar inputs, C vectors of 4, then T scalar inputs added last.
@@ -96,11 +106,9 @@ inline void rows_block(const float* x, const float* w, int64_t K, int64_t N, Spl
     }
   }
   for (int m = 0; m < M; ++m)
-    for (int i = 0; i < R; ++i) {
-      float r = combine(acc[m][i]);
-      for (int64_t k = end; k < K; ++k) r = r + w[i * K + k] * x[m * K + k];
-      y[m * N + i] = bias == nullptr ? r : r + bias[i];
-    }
+    for (int i = 0; i < R; ++i)
+      y[m * N + i] = finish(combine(acc[m][i]), w + i * K + end, x + m * K + end, K - end,
+                            bias == nullptr ? nullptr : bias + i);
 }
 
 // Packed block: chunk 0 holds each output's P head weights, chunks 1..C its vectors, chunk C + 1
@@ -108,12 +116,8 @@ inline void rows_block(const float* x, const float* w, int64_t K, int64_t N, Spl
 inline void packed_ends(const float* x, const float* p, int64_t K, Split sp, const float* lanes,
                         const float* bias, float* y) {
   const float* tail = p + (sp.C + 1) * RB * LANES;
-  for (int i = 0; i < RB; ++i) {
-    const float* l = lanes + i * LANES;
-    float r = (l[0] + l[2]) + (l[1] + l[3]);
-    for (int64_t t = 0; t < sp.T; ++t) r = r + tail[i * LANES + t] * x[K - sp.T + t];
-    y[i] = bias == nullptr ? r : r + bias[i];
-  }
+  for (int i = 0; i < RB; ++i)
+    y[i] = finish(combine(lanes + i * LANES), tail + i * LANES, x + K - sp.T, sp.T, bias == nullptr ? nullptr : bias + i);
 }
 
 // One packed block for one row of x, SSE.
