@@ -2,13 +2,13 @@
 
 Loads and warms the voxcast service before the RunPod worker loop starts (a failed load exits
 non-zero), then serves jobs with an async generator handler. Configuration is read from the
-environment (``VOXCAST_*``); see ``voxcast.serving.runpod_handler``.
+environment (``VOXCAST_*``); see ``voxcast.serving.runpod.main``.
 """
 
 import logging
 import os
 
-from voxcast.serving.runpod_handler import main
+from voxcast.serving.runpod.main import main
 
 if __name__ == "__main__":
     logging.basicConfig(

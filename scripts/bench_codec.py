@@ -43,7 +43,7 @@ import torch
 
 from voxcast.engine.precision import native_bfloat16
 from voxcast.models.qwen3_tts.codec_decoder import SAMPLES_PER_FRAME, CodecDecoder, CodecDecoderConfig
-from voxcast.models.qwen3_tts.codec_encoder import speech_tokenizer_config
+from voxcast.testing.qwen3_tts_parts import speech_tokenizer_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = Path("/work/shared/qwen3-tts-reference/common/speech_tokenizer/config.json")

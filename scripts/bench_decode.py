@@ -42,7 +42,7 @@ def checkpoint(size: str) -> Path:
     out = ROOT / ".cache" / "bench-models" / f"{size}-{kind}"
     if not (out / "config.json").exists():
         sys.path.insert(0, str(ROOT / "src"))
-        from voxcast.models.qwen3_tts.testing import make_test_model
+        from voxcast.testing.qwen3_tts import make_test_model
 
         print(f"building random {size} {kind} checkpoint in {out} ...", flush=True)
         tmp = out.with_name(out.name + ".tmp")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
-from voxcast.models.qwen3_tts.testing import make_test_model  # noqa: E402
+from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday afternoon."
 REF_TEXT = "This is a reference recording for the benchmark."

@@ -36,8 +36,8 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
 from rq import Queue, Worker  # noqa: E402
 
-from voxcast.serving.client import QueueClient, StreamCapture  # noqa: E402
-from voxcast.serving.rq_config import QueueConfig, connect  # noqa: E402
+from voxcast.serving.rq.client import QueueClient, StreamCapture  # noqa: E402
+from voxcast.serving.rq.config import QueueConfig, connect  # noqa: E402
 
 QUEUE = "vx-bench"
 

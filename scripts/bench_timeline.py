@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
 from voxcast.engine.timing import playback_stalls  # noqa: E402
-from voxcast.models.qwen3_tts.testing import make_test_model  # noqa: E402
+from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 
 def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:

@@ -41,14 +41,11 @@ from bench_engine import machine_info  # noqa: E402
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
 from voxcast.models.qwen3_tts import int8_kernel  # noqa: E402
 from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
-from voxcast.models.qwen3_tts.codec_encoder import (  # noqa: E402
-    CodecEncoder,
-    build_mimi_encoder,
-    speech_tokenizer_config,
-)
+from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder, build_mimi_encoder  # noqa: E402
 from voxcast.models.qwen3_tts.config import SpeakerEncoderConfig  # noqa: E402
 from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, extract_xvector  # noqa: E402
-from voxcast.models.qwen3_tts.testing import model_config_dict  # noqa: E402
+from voxcast.testing.qwen3_tts import model_config_dict  # noqa: E402
+from voxcast.testing.qwen3_tts_parts import speech_tokenizer_config  # noqa: E402
 
 SR = 24000
 

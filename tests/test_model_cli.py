@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.serving import cli_testmodel
+from voxcast.serving.cli import testmodel as cli_testmodel
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -45,8 +45,8 @@ def test_environment_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 
 def test_cli_choices_match_the_builder() -> None:
-    from voxcast.models.qwen3_tts import testing
-    from voxcast.serving import cli_testmodel
+    from voxcast.serving.cli import testmodel as cli_testmodel
+    from voxcast.testing import qwen3_tts as testing
 
     assert tuple(cli_testmodel.KINDS) == tuple(testing.KINDS)
     assert tuple(cli_testmodel.SIZES) == tuple(testing.SIZES)
@@ -56,6 +56,6 @@ def test_cli_parser_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys; from voxcast.serving.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    code = "import sys; from voxcast.serving.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

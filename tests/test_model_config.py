@@ -11,7 +11,7 @@ import pytest
 
 from voxcast.errors import CheckpointError
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
-from voxcast.models.qwen3_tts.testing import model_config_dict, reference_dir
+from voxcast.testing.qwen3_tts import model_config_dict, reference_dir
 
 REF = reference_dir()
 needs_reference = pytest.mark.skipif(REF is None, reason="reference configs (../shared) not present")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from voxcast.errors import CheckpointError
-from voxcast.models.qwen3_tts.testing import _write_small_tokenizer, reference_dir
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer, build_backend
+from voxcast.testing.qwen3_tts import _write_small_tokenizer, reference_dir
 
 REF = reference_dir()
 needs_reference = pytest.mark.skipif(REF is None, reason="reference tokenizer (../shared) not present")

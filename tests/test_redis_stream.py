@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from voxcast.serving.redis_stream import (
+from voxcast.serving.rq.stream import (
     EntryType,
     StreamEntry,
     StreamPublisher,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxcast.serving.rq_config import QueueConfig
+from voxcast.serving.rq.config import QueueConfig
 
 
 def test_defaults_recover_a_killed_workers_job_within_90_s() -> None:

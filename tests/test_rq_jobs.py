@@ -28,11 +28,11 @@ from rq.job import Callback, Job, Retry
 from voxcast.engine.request import parse_request
 from voxcast.engine.timing import Timing
 from voxcast.errors import VoiceNotFound
-from voxcast.serving.client import JobFailed, QueueClient, StreamCapture
-from voxcast.serving.redis_stream import EntryType, StreamPublisher, read_all, stream_key
-from voxcast.serving.rq_config import QueueConfig
-from voxcast.serving.rq_jobs import SYNTHESIZE, on_failure
-from voxcast.serving.rq_worker import VoxcastWorker
+from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.jobs import SYNTHESIZE, on_failure
+from voxcast.serving.rq.stream import EntryType, StreamPublisher, read_all, stream_key
+from voxcast.serving.rq.worker import VoxcastWorker
 from voxcast.storage.local import LocalBlobStore
 
 # -- a deterministic stand-in for voxcast.service.Service ------------------------------------------
@@ -303,7 +303,7 @@ def test_register_voice_inline_and_from_the_store(
     inline = client.register_voice(b"RIFF....fake")
     stored = client.register_voice(audio_key="uploads/ref.wav")
     missing = client.register_voice(audio_key="uploads/none.wav")
-    bad = client.queue().enqueue("voxcast.serving.rq_jobs.register_voice", {"audio_b64": "%%%"}).id
+    bad = client.queue().enqueue("voxcast.serving.rq.jobs.register_voice", {"audio_b64": "%%%"}).id
     run_worker(redis_client, service)
     assert client.wait(inline)["voice_id"] == client.wait(stored)["voice_id"]
     for job_id, fld in [(missing, "audio_key"), (bad, "audio_b64")]:
@@ -399,9 +399,9 @@ def test_rq_cli_style_construction_gets_voxcast_settings(
     from rq.defaults import DEFAULT_MAINTENANCE_TASK_INTERVAL, DEFAULT_WORKER_TTL
     from rq.serializers import JSONSerializer
 
-    from voxcast.serving.rq_worker import VoxcastJob
+    from voxcast.serving.rq.worker import VoxcastJob
 
-    # what `rq worker -w voxcast.serving.rq_worker.VoxcastWorker` passes (pickle queues, RQ defaults)
+    # what `rq worker -w voxcast.serving.rq.worker.VoxcastWorker` passes (pickle queues, RQ defaults)
     worker = VoxcastWorker(
         [Queue("vx-test", connection=redis_client)],
         connection=redis_client,

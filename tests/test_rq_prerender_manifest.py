@@ -11,9 +11,9 @@ import soundfile as sf
 
 from voxcast.audio.loudness import integrated_loudness
 from voxcast.errors import InvalidRequest
-from voxcast.serving.prerender import PrerenderJob, library_prefix
-from voxcast.serving.prerender_manifest import default_seed, detect_format, parse_manifest
-from voxcast.serving.prerender_presets import (
+from voxcast.prerender.library import PrerenderJob, library_prefix
+from voxcast.prerender.manifest import default_seed, detect_format, parse_manifest
+from voxcast.prerender.presets import (
     DEFAULT_PRESETS,
     PRESETS,
     PostProcess,

@@ -26,10 +26,10 @@ from rq import Queue, Worker
 from rq.job import Retry
 
 from tests.fixtures.redis import RedisServer
-from voxcast.serving.client import JobFailed, QueueClient, StreamCapture
-from voxcast.serving.redis_stream import EntryType, read_all, stream_key
-from voxcast.serving.rq_config import QueueConfig
-from voxcast.serving.rq_jobs import SYNTHESIZE
+from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.jobs import SYNTHESIZE
+from voxcast.serving.rq.stream import EntryType, read_all, stream_key
 from voxcast.storage.local import LocalBlobStore
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import pytest
 from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import AudioFormat
 from voxcast.errors import EngineUnavailable
-from voxcast.serving.runpod_config import RunpodConfig
-from voxcast.serving.runpod_handler import RunpodHandler
+from voxcast.serving.runpod.config import RunpodConfig
+from voxcast.serving.runpod.handler import RunpodHandler
 
 pytestmark = pytest.mark.slow
 
@@ -230,8 +230,8 @@ def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any,
 
 
 def test_chunks_are_mirrored_to_a_redis_stream_keyed_by_job_id(service: Any, redis_client: Any) -> None:
-    from voxcast.serving.redis_stream import EntryType, read_all
-    from voxcast.serving.runpod_redis import mirror_key
+    from voxcast.serving.rq.stream import EntryType, read_all
+    from voxcast.serving.runpod.mirror import mirror_key
 
     handler = RunpodHandler(service, RunpodConfig(), redis_client)
     msgs = _run(handler, {"text": TEXT, "voice": "ryan", "max_frames": 4, "chunk_frames": 1}, "rp-job-7")
@@ -249,8 +249,8 @@ def test_chunks_are_mirrored_to_a_redis_stream_keyed_by_job_id(service: Any, red
 def test_a_bad_request_is_not_mirrored_but_a_cancelled_one_ends_its_stream(
     service: Any, redis_client: Any
 ) -> None:
-    from voxcast.serving.redis_stream import EntryType, read_all
-    from voxcast.serving.runpod_redis import mirror_key
+    from voxcast.serving.rq.stream import EntryType, read_all
+    from voxcast.serving.runpod.mirror import mirror_key
 
     handler = RunpodHandler(service, RunpodConfig(), redis_client)
     assert "error" in _run(handler, {"text": ""}, "rp-bad")[0]
@@ -274,7 +274,7 @@ def test_a_bad_request_is_not_mirrored_but_a_cancelled_one_ends_its_stream(
 
 
 def test_local_one_shot_mode_iterates_the_generator(service: Any, tmp_path: Path, capsys: Any) -> None:
-    from voxcast.serving.runpod_local import is_local, load_job, run_local
+    from voxcast.serving.runpod.local import is_local, load_job, run_local
 
     assert is_local({}, []) and not is_local({}, ["--rp_serve_api"])
     assert not is_local({"RUNPOD_WEBHOOK_GET_JOB": "http://x/job-take/$ID?a=1"}, [])

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from voxcast.errors import InvalidRequest
-from voxcast.serving.runpod_config import RunpodConfig
-from voxcast.serving.runpod_messages import ErrorPayload, audio_messages, error_message, final_message
-from voxcast.serving.runpod_pump import ThreadPump
-from voxcast.serving.runpod_redis import mirror_key, safe_id
+from voxcast.serving.runpod.config import RunpodConfig
+from voxcast.serving.runpod.messages import ErrorPayload, audio_messages, error_message, final_message
+from voxcast.serving.runpod.mirror import mirror_key, safe_id
+from voxcast.serving.runpod.pump import ThreadPump
 
 # ------------------------------------------------------------------------- config
 

@@ -46,12 +46,8 @@ def test_too_short_for_reflection_fails_like_pytorch() -> None:
 
 def test_whole_encoder_close_with_products(monkeypatch: pytest.MonkeyPatch) -> None:
     from voxcast.models.qwen3_tts.config import SpeakerEncoderConfig
-    from voxcast.models.qwen3_tts.speaker_encoder import (
-        SpeakerEncoder,
-        extract_xvector,
-        random_speaker_encoder_state,
-        tiny_speaker_encoder_config,
-    )
+    from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, extract_xvector
+    from voxcast.testing.qwen3_tts_parts import random_speaker_encoder_state, tiny_speaker_encoder_config
 
     cfg = tiny_speaker_encoder_config(32)
     enc = SpeakerEncoder(SpeakerEncoderConfig.from_dict(cfg))

@@ -14,22 +14,18 @@ import torch
 from safetensors.torch import save as st_save
 
 from voxcast.errors import InvalidRequest
-from voxcast.models.qwen3_tts.codec_encoder import (
-    CodecEncoder,
-    load_codec_encoder,
-    write_random_speech_tokenizer,
-)
-from voxcast.models.qwen3_tts.speaker_encoder import (
-    SpeakerEncoder,
-    SpeakerEncoderConfig,
-    random_speaker_encoder_state,
-    tiny_speaker_encoder_config,
-)
+from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder, load_codec_encoder
+from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from voxcast.models.qwen3_tts.voice_prompt import (
     SCHEMA_VERSION,
     InvalidVoicePrompt,
     VoicePrompt,
     build_voice_prompt,
+)
+from voxcast.testing.qwen3_tts_parts import (
+    random_speaker_encoder_state,
+    tiny_speaker_encoder_config,
+    write_random_speech_tokenizer,
 )
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 from voxcast.errors import CheckpointError
+from voxcast.models.hub import resolve_checkpoint
 from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.talker import Talker, rope_inv_freq
@@ -62,35 +62,6 @@ class CheckpointFiles:
     weights: tuple[Path, ...]
     speech_tokenizer: Path
     generation_config: Path | None
-
-
-def resolve_checkpoint(name_or_path: str | Path, *, local_files_only: bool | None = None) -> Path:
-    """A local directory for ``name_or_path`` (an existing directory, or a hub id to download).
-
-    Args:
-        name_or_path: a directory, or ``owner/name`` on the Hugging Face hub.
-        local_files_only: only use the local hub cache; default: true when ``HF_HUB_OFFLINE=1``.
-
-    Raises:
-        CheckpointError: not a directory and not found on the hub (or in its cache when offline).
-    """
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise CheckpointError(f"{path} is not a directory")
-    name = str(name_or_path)
-    if name.count("/") != 1 or name.startswith(("/", ".", "~")):
-        raise CheckpointError(f"{name}: no such directory (and not a hub id like 'Qwen/Qwen3-TTS-...')")
-    if local_files_only is None:
-        local_files_only = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name, local_files_only=local_files_only))
-    except Exception as e:  # the hub raises many types (offline, not found, auth, network)
-        where = "the local hub cache (offline)" if local_files_only else "the hub"
-        raise CheckpointError(f"{name}: cannot get it from {where}: {e}") from e
 
 
 def locate_checkpoint(root: Path) -> CheckpointFiles:

@@ -50,7 +50,6 @@ __all__ = [
     "CodecDecoderConfig",
     "StreamingDecoder",
     "load_codec_decoder",
-    "write_random_speech_tokenizer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -279,10 +278,3 @@ def load_codec_decoder(
     model.load_state_dict(state, strict=True)
     logger.info("codec decoder loaded from %s (%d tensors)", d, len(state))
     return model.to(device=device, dtype=dtype).eval().prepare()
-
-
-def write_random_speech_tokenizer(out_dir: Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Write a random speech tokenizer folder; see :mod:`.codec_encoder` (imported lazily)."""
-    from .codec_encoder import write_random_speech_tokenizer as write
-
-    return write(out_dir, size, seed)

@@ -9,8 +9,6 @@ aggregation -> attentive statistics pooling -> 1x1 conv (https://arxiv.org/abs/2
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -23,8 +21,6 @@ __all__ = [
     "SpeakerEncoder",
     "SpeakerEncoderConfig",
     "extract_xvector",
-    "random_speaker_encoder_state",
-    "tiny_speaker_encoder_config",
 ]
 
 
@@ -195,31 +191,3 @@ def extract_xvector(encoder: SpeakerEncoder, audio: np.ndarray) -> Tensor:
     mels = log_mel_spectrogram(wav, MelConfig).transpose(1, 2)  # [1, frames, 128]
     xvec = encoder(mels.to(device=p.device, dtype=p.dtype))[0]
     return xvec.to(device="cpu", dtype=torch.float32)
-
-
-def tiny_speaker_encoder_config(enc_dim: int) -> dict[str, Any]:
-    """A small ``speaker_encoder_config`` (for test checkpoints) giving x-vectors of size ``enc_dim``."""
-    return {
-        "mel_dim": 128,
-        "enc_dim": enc_dim,
-        "enc_channels": [16, 16, 16, 16, 48],
-        "enc_kernel_sizes": [5, 3, 3, 3, 1],
-        "enc_dilations": [1, 2, 3, 4, 1],
-        "enc_attention_channels": 8,
-        "enc_res2net_scale": 8,
-        "enc_se_channels": 8,
-        "sample_rate": 24000,
-    }
-
-
-def random_speaker_encoder_state(config: dict[str, Any], seed: int = 0) -> dict[str, Tensor]:
-    """Random weights keyed ``speaker_encoder.*`` as in the main ``model.safetensors``.
-
-    Args:
-        config: a ``speaker_encoder_config`` dict (e.g. :func:`tiny_speaker_encoder_config`).
-        seed: RNG seed (the global RNG is left untouched).
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config))
-    return {f"speaker_encoder.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}

@@ -8,7 +8,7 @@ Each job's ``input`` is one of:
 
 * a synthesis request (the shared schema, :func:`voxcast.engine.request.parse_request`), optionally
   with ``"action": "synthesize"``. With ``stream: true`` (the default) every engine chunk is yielded
-  as it is produced (see :mod:`voxcast.serving.runpod_messages` for the message protocol), then one
+  as it is produced (see :mod:`voxcast.serving.runpod.messages` for the message protocol), then one
   final message with the timing and the blob key / URL of the complete file. With
   ``stream: false`` only the final message is yielded, with the file inline as base64 when it is
   small (``VOXCAST_RUNPOD_INLINE_MAX_BYTES``).
@@ -17,7 +17,7 @@ Each job's ``input`` is one of:
 * ``{"action": "list_voices"}`` -> ``{"voices": [...]}``.
 
 Every bad input ends the job with ``{"error": {"code", "message", "field"}}`` and the worker keeps
-serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.runpod_pump.ThreadPump`),
+serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.runpod.pump.ThreadPump`),
 so the SDK's event loop, which also POSTs the messages and runs other jobs, never blocks on the model.
 When the platform stops a job it cancels the job's asyncio task; the handler then cancels the engine
 stream, which ends within one frame.
@@ -28,14 +28,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -44,19 +40,18 @@ from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
-from voxcast.serving.runpod_config import RunpodConfig
-from voxcast.serving.runpod_messages import audio_messages, error_message, final_message
-from voxcast.serving.runpod_pump import ThreadPump
-from voxcast.serving.runpod_redis import RedisMirror, safe_id
+from voxcast.serving.runpod.config import RunpodConfig
+from voxcast.serving.runpod.messages import audio_messages, error_message, final_message
+from voxcast.serving.runpod.mirror import RedisMirror, safe_id
+from voxcast.serving.runpod.pump import ThreadPump
 
 if TYPE_CHECKING:
     from voxcast.service import Service
 
-__all__ = ["RunpodHandler", "main"]
+__all__ = ["RunpodHandler"]
 
 log = logging.getLogger(__name__)
 
-ENGINE_FAILURE_EXIT_DELAY_S = 2.0
 """After the engine died, the worker exits this long after reporting the job's error (so the done
 POST goes out first); RunPod then replaces the container instead of sending it more jobs."""
 
@@ -297,82 +292,3 @@ class RunpodHandler:
         )
         log.info("job %s: registered voice %s", job_id, voice_id)
         return {"voice_id": voice_id}
-
-
-# ------------------------------------------------------------------------ main
-def _die(code: int) -> None:
-    """Exit now, flushing logs first (``os._exit``: engine threads must not keep a broken worker alive)."""
-    logging.shutdown()
-    for s in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            s.flush()
-    os._exit(code)
-
-
-def _exit_soon() -> None:
-    """Schedule the worker's exit (exit code 3) once the failed job's result had time to go out."""
-    asyncio.get_running_loop().call_later(ENGINE_FAILURE_EXIT_DELAY_S, _die, 3)
-
-
-def _redis_client(url: str) -> Any:
-    import redis
-
-    client = redis.Redis.from_url(url, decode_responses=False, socket_timeout=5, socket_connect_timeout=5)
-    client.ping()
-    return client
-
-
-def main(env: Mapping[str, str] | None = None) -> int:
-    """Load and warm the service, then run the RunPod worker loop.
-
-    Without ``RUNPOD_WEBHOOK_GET_JOB`` and ``--rp_serve_api`` (a developer's shell) one job from
-    ``--test_input`` / ``test_input.json`` is run instead (:mod:`voxcast.serving.runpod_local`).
-
-    Returns:
-        the process exit code (the SDK's worker loop itself only returns on shutdown).
-    """
-    env = os.environ if env is None else env
-    try:
-        from voxcast.service import Service, ServiceConfig
-
-        config = RunpodConfig.from_env(env)
-        service = Service.load(ServiceConfig.from_env(env))
-        redis_client = _redis_client(config.redis_url) if config.redis_url else None
-    except Exception:
-        log.exception("voxcast runpod worker: start-up failed; exiting")
-        _die(1)
-        return 1  # only reached when _die is patched out in tests
-    handler = RunpodHandler(service, config, redis_client)
-    handler.on_engine_failure = _exit_soon
-    from voxcast.serving.runpod_local import is_local, run_local
-
-    if is_local(env, sys.argv[1:]):
-        return run_local(handler, sys.argv[1:], Path.cwd())
-    _start_sdk(handler, config)
-    return 0
-
-
-def _start_sdk(handler: RunpodHandler, config: RunpodConfig) -> None:
-    import runpod
-    from runpod.serverless.modules.rp_logger import RunPodLogger
-
-    RunPodLogger().set_level(config.sdk_log_level)
-
-    @runpod.serverless.register_fitness_check
-    def voxcast_engine_ready() -> None:
-        """Production start-up check (runs before the first job-take)."""
-        if not handler.service.engine.alive:
-            raise RuntimeError("the voxcast engine thread is not running")
-
-    log.info(
-        "voxcast runpod worker: starting SDK (concurrency=%d, aggregate=%s)",
-        config.concurrency,
-        config.aggregate,
-    )
-    runpod.serverless.start(
-        {
-            "handler": handler.handle,
-            "return_aggregate_stream": config.aggregate,
-            "concurrency_modifier": config.concurrency_modifier,
-        }
-    )

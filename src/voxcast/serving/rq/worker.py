@@ -7,18 +7,18 @@ registered, so it is never handed a job it cannot serve).
 
 Safety: the serializer is always :class:`rq.serializers.JSONSerializer` (pickle would let anyone who
 can write to Redis run code here), and :class:`VoxcastJob` refuses any function outside
-:data:`~voxcast.serving.rq_jobs.ALLOWED_FUNCTIONS` (JSON alone is no allow-list: ``os.makedirs`` is
-JSON-serialisable), any callback outside :data:`~voxcast.serving.rq_jobs.ALLOWED_CALLBACKS`, instance
+:data:`~voxcast.serving.rq.jobs.ALLOWED_FUNCTIONS` (JSON alone is no allow-list: ``os.makedirs`` is
+JSON-serialisable), any callback outside :data:`~voxcast.serving.rq.jobs.ALLOWED_CALLBACKS`, instance
 methods, and webhooks. A refused or undecodable job fails with a clear message; the worker keeps serving.
 
-Dead workers: see :mod:`voxcast.serving.rq_config`: a running job holds a short lease
+Dead workers: see :mod:`voxcast.serving.rq.config`: a running job holds a short lease
 (``heartbeat_ttl_s``) renewed between chunks, so another worker's maintenance fails (or retries) the
 job of a SIGKILLed worker within about a minute, whatever the job's timeout.
 
 Also usable through RQ's own CLI (it passes ``--worker-ttl``/``--maintenance-interval`` defaults of
 420/600 s; those exact values are treated as unset and the ``VOXCAST_*`` values apply)::
 
-    rq worker -w voxcast.serving.rq_worker.VoxcastWorker -S rq.serializers.JSONSerializer \\
+    rq worker -w voxcast.serving.rq.worker.VoxcastWorker -S rq.serializers.JSONSerializer \\
         --url redis://127.0.0.1:6379/0 voxcast
 """
 
@@ -36,8 +36,8 @@ from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from voxcast.serving.rq_config import QueueConfig
-from voxcast.serving.rq_jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobContext, bind_context
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobContext, bind_context
 
 if TYPE_CHECKING:
     from voxcast.service import Service, ServiceConfig

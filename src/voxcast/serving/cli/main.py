@@ -15,9 +15,9 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 _MODULES = (
-    "voxcast.serving.cli_synth",
-    "voxcast.serving.cli_testmodel",
-    "voxcast.serving.cli_queue",
+    "voxcast.serving.cli.synth",
+    "voxcast.serving.cli.testmodel",
+    "voxcast.serving.cli.queue",
 )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from voxcast.serving.runpod_handler import RunpodHandler
+from voxcast.serving.runpod.handler import RunpodHandler
 
 __all__ = ["is_local", "load_job", "run_local"]
 

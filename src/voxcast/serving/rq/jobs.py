@@ -1,6 +1,6 @@
 """RQ job functions: synthesize (streamed to Redis), register_voice, prerender_library.
 
-Jobs run inside :class:`~voxcast.serving.rq_worker.VoxcastWorker`, which loads the
+Jobs run inside :class:`~voxcast.serving.rq.worker.VoxcastWorker`, which loads the
 :class:`~voxcast.service.Service` once and binds a :class:`JobContext` around every job (RQ calls job
 functions with their JSON arguments only, so the loaded service reaches them through that context
 variable, the same way RQ exposes ``get_current_job()``). Outside such a worker a job fails with
@@ -34,8 +34,8 @@ from rq.timeouts import JobTimeoutException
 
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
-from voxcast.serving.redis_stream import EntryType, StreamPublisher, StreamSettings, stream_key
-from voxcast.serving.rq_config import QueueConfig
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
 
 if TYPE_CHECKING:
     from voxcast.service import Service
@@ -59,10 +59,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SYNTHESIZE = "voxcast.serving.rq_jobs.synthesize"
-REGISTER_VOICE = "voxcast.serving.rq_jobs.register_voice"
-PRERENDER = "voxcast.serving.rq_jobs.prerender_library"
-ON_FAILURE = "voxcast.serving.rq_jobs.on_failure"
+SYNTHESIZE = "voxcast.serving.rq.jobs.synthesize"
+REGISTER_VOICE = "voxcast.serving.rq.jobs.register_voice"
+PRERENDER = "voxcast.serving.rq.jobs.prerender_library"
+ON_FAILURE = "voxcast.serving.rq.jobs.on_failure"
 
 ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER})
 """Dotted names of the job functions a voxcast worker runs; anything else fails unrun."""
@@ -376,7 +376,7 @@ class _LibraryLock:
 
 
 def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
-    """Render a prompt library (see :mod:`voxcast.serving.prerender`); progress goes to job meta.
+    """Render a prompt library (see :mod:`voxcast.prerender.library`); progress goes to job meta.
 
     Returns:
         The summary (counts, bad rows, manifest key).
@@ -385,7 +385,7 @@ def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
         InvalidRequest: a malformed payload or an unreadable manifest.
         LibraryBusy: another job is rendering the same library.
     """
-    from voxcast.serving.prerender import PrerenderJob, prerender
+    from voxcast.prerender.library import PrerenderJob, prerender
 
     ctx, job = current_context(), _current_job()
     try:

@@ -2,7 +2,7 @@
 
 Layout in the blob store (``<name>`` = library, ``<id>`` = prompt id)::
 
-    libraries/<name>/<preset>/<id>.<ext>     one file per prompt and preset (see prerender_presets)
+    libraries/<name>/<preset>/<id>.<ext>     one file per prompt and preset (see voxcast.prerender.presets)
     libraries/<name>/manifest.json           the output manifest (provenance of every object)
 
 For each prompt: synthesize 24 kHz PCM through :meth:`Service.synthesize` with ``cache`` on and a
@@ -34,8 +34,8 @@ import numpy as np
 
 from voxcast.audio.pcm import int16_to_float
 from voxcast.errors import InvalidRequest, StorageError
-from voxcast.serving.prerender_manifest import NAME_RE, Manifest, Prompt, RowError, parse_manifest
-from voxcast.serving.prerender_presets import (
+from voxcast.prerender.manifest import NAME_RE, Manifest, Prompt, RowError, parse_manifest
+from voxcast.prerender.presets import (
     DEFAULT_LOUDNESS_LUFS,
     DEFAULT_PRESETS,
     PRESETS,

@@ -31,9 +31,9 @@ from rq.job import Callback, Job, JobStatus, Retry
 from rq.serializers import JSONSerializer
 
 from voxcast.engine.request import parse_request
-from voxcast.serving.redis_stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
-from voxcast.serving.rq_config import QueueConfig, connect
-from voxcast.serving.rq_jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
+from voxcast.serving.rq.config import QueueConfig, connect
+from voxcast.serving.rq.jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
+from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
 
 __all__ = ["JobFailed", "QueueClient", "StreamCapture"]
 
@@ -198,13 +198,13 @@ class QueueClient:
             library: library name (objects go under ``libraries/<library>/``).
             manifest_format: ``csv``, ``json`` or ``yaml`` (default: detected).
             queue: queue name.
-            **options: other :class:`~voxcast.serving.prerender.PrerenderJob` fields (presets,
+            **options: other :class:`~voxcast.prerender.library.PrerenderJob` fields (presets,
                 loudness_lufs, pad_ms, defaults, force...).
 
         Returns:
             The job id.
         """
-        from voxcast.serving.prerender import PrerenderJob
+        from voxcast.prerender.library import PrerenderJob
 
         payload = {"manifest": manifest, "library": library, "manifest_format": manifest_format, **options}
         payload = {k: v for k, v in payload.items() if v is not None}
@@ -244,7 +244,7 @@ class QueueClient:
         self, job_id: str, *, from_id: str = "0-0", idle_timeout_s: float | None = 120.0, block_ms: int = 1000
     ) -> Iterator[StreamEntry]:
         """Entries of a synthesize job's stream, replayed from ``from_id`` and then live, up to and
-        including the terminal entry (see :func:`voxcast.serving.redis_stream.follow`)."""
+        including the terminal entry (see :func:`voxcast.serving.rq.stream.follow`)."""
         return follow(
             self.redis, stream_key(job_id), from_id=from_id, idle_timeout_s=idle_timeout_s, block_ms=block_ms
         )

@@ -118,7 +118,7 @@ def _tiny_config(kind: str, shaped_17b: bool) -> dict[str, Any]:
         "tts_model_type": kind, "talker_config": talker, "transformers_version": "4.57.3",
     }  # fmt: skip
     if kind == "base":
-        from voxcast.models.qwen3_tts.speaker_encoder import tiny_speaker_encoder_config
+        from voxcast.testing.qwen3_tts_parts import tiny_speaker_encoder_config
 
         out["speaker_encoder_config"] = tiny_speaker_encoder_config(64)
     return out
@@ -269,7 +269,7 @@ def make_test_model(out_dir: str | Path, kind: str, size: str = "tiny", seed: in
         json.dumps(_PREPROCESSOR, indent=2) + "\n", encoding="utf-8"
     )
     _write_tokenizer(out)
-    from voxcast.models.qwen3_tts.codec_decoder import write_random_speech_tokenizer
+    from voxcast.testing.qwen3_tts_parts import write_random_speech_tokenizer
 
     write_random_speech_tokenizer(out / "speech_tokenizer", "full" if full else "tiny", seed)
     logger.info("wrote a random %s %s checkpoint to %s (seed %d)", size, kind, out, seed)

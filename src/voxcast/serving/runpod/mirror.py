@@ -2,7 +2,7 @@
 
 RunPod's own ``/stream/{id}`` is polled by clients about once a second; a listener that reads the
 Redis Stream ``voxcast:stream:<job id>`` gets each chunk within a millisecond of its emission. The
-entries follow the RQ worker's protocol (:mod:`voxcast.serving.redis_stream`): ``start``, ``chunk``
+entries follow the RQ worker's protocol (:mod:`voxcast.serving.rq.stream`): ``start``, ``chunk``
 (raw bytes, engine ``seq``), then ``eos`` / ``error`` / ``cancelled``.
 
 Redis is a side channel here: if it fails, the mirror logs once and stops publishing for that job;
@@ -19,7 +19,7 @@ from typing import Any
 
 from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import Cancelled, VoxcastError
-from voxcast.serving.redis_stream import StreamPublisher, StreamSettings, stream_key
+from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, stream_key
 
 __all__ = ["RedisMirror", "mirror_key", "safe_id"]
 

@@ -4,7 +4,7 @@ Every field has an env var (``VOXCAST_*``) and a CLI flag of the same name in ``
 
 Recovery from a dead worker: RQ marks a running job abandoned when its entry in the
 StartedJobRegistry expires, and only a worker running *maintenance* notices. Stock SimpleWorker
-sets that expiry to ``job_timeout + 60`` s once, at start. :class:`~voxcast.serving.rq_worker.VoxcastWorker`
+sets that expiry to ``job_timeout + 60`` s once, at start. :class:`~voxcast.serving.rq.worker.VoxcastWorker`
 instead uses a short lease (``heartbeat_ttl_s``) that the running job renews between chunks (every
 ``heartbeat_interval_s``), so a SIGKILLed worker's job expires ``heartbeat_ttl_s`` after its last
 renewal regardless of how long the job may legitimately run. With the defaults, the worst case
@@ -28,7 +28,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from voxcast.envvars import env_float, env_int
-from voxcast.serving.redis_stream import (
+from voxcast.serving.rq.stream import (
     DEFAULT_LIVE_TTL_S,
     DEFAULT_MAXLEN,
     DEFAULT_TTL_S,

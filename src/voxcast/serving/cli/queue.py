@@ -25,8 +25,8 @@ from typing import Any, TextIO
 import redis
 
 from voxcast.errors import VoxcastError
-from voxcast.serving.redis_stream import EntryType, StreamEntry, StreamTimeout
-from voxcast.serving.rq_config import QueueConfig
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
 
 __all__ = ["add_parsers", "worker_main"]
 
@@ -132,7 +132,7 @@ def _config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Q
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from voxcast.serving.client import QueueClient
+    from voxcast.serving.rq.client import QueueClient
 
     return QueueClient.connect(_config(args))
 
@@ -141,8 +141,8 @@ def _client(args: argparse.Namespace) -> Any:
 def run_worker(args: argparse.Namespace) -> int:
     """Load the service, then serve jobs until stopped (SIGTERM/SIGINT: warm shutdown)."""
     from voxcast.service import ServiceConfig
-    from voxcast.serving.rq_config import connect
-    from voxcast.serving.rq_worker import VoxcastWorker
+    from voxcast.serving.rq.config import connect
+    from voxcast.serving.rq.worker import VoxcastWorker
 
     env = dict(os.environ)
     for flag, name in _MODEL_FLAGS:
@@ -217,7 +217,7 @@ def _follow(
     client: Any, job_id: str, out: Path | None, *, t0: float | None = None, idle_timeout_s: float = 120.0
 ) -> int:
     """Print every chunk as it arrives, write the audio, print the result; exit 0 only on ``eos``."""
-    from voxcast.serving.client import StreamCapture
+    from voxcast.serving.rq.client import StreamCapture
 
     capture = StreamCapture()
     try:
@@ -283,7 +283,7 @@ def run_register_voice(args: argparse.Namespace) -> int:
 
 
 def _wait_and_print(client: Any, job_id: str, timeout_s: float = 3600.0) -> int:
-    from voxcast.serving.client import JobFailed
+    from voxcast.serving.rq.client import JobFailed
 
     try:
         print(json.dumps(client.wait(job_id, timeout_s=timeout_s), indent=2, default=str))

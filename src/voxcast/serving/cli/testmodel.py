@@ -16,7 +16,7 @@ from typing import Any
 __all__ = ["KINDS", "SIZES", "add_parser", "add_parsers", "run"]
 
 # Spelled out here so that building the parser imports no torch (``voxcast --help`` stays fast);
-# tests/test_model_cli.py checks they equal voxcast.models.qwen3_tts.testing's.
+# tests/test_model_cli.py checks they equal voxcast.testing.qwen3_tts's.
 KINDS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
 
@@ -57,7 +57,7 @@ add_parsers = add_parser
 
 def run(args: argparse.Namespace) -> int:
     """Build the checkpoint; prints its path. Returns the exit code."""
-    from voxcast.models.qwen3_tts.testing import make_test_model
+    from voxcast.testing.qwen3_tts import make_test_model
 
     t0 = time.perf_counter()
     try:

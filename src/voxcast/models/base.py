@@ -1,0 +1,187 @@
+"""The protocol a model family implements for the engine, and the options it is loaded with.
+
+The engine (:mod:`voxcast.engine`) drives a model only through these types: it never imports a
+concrete model package. A family registers a loader in :mod:`voxcast.models.registry`, which picks
+the family from the checkpoint. One loaded model is driven from one thread (the engine's scheduler);
+voices may be built on other threads.
+
+The frame loop, per request::
+
+    prompt = model.build_prompt(text, speaker=..., voice=..., language=..., instruct=...)
+    gen = model.new_generator(prompt, sampling, max_frames)
+    dec = model.new_decoder(voice)
+    gen.prefill()                       # or gen.prefill_part(n) until it returns True
+    while (codes := model.step_many([gen])[0]) is not None:
+        pcm = dec.decode(codes[None])   # float32 [frames * samples_per_frame]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FrameGenerator",
+    "LoadOptions",
+    "SamplingParams",
+    "StreamingDecoder",
+    "TTSModel",
+    "Voice",
+    "WarmupCase",
+]
+
+
+class SamplingParams(BaseModel):
+    """Sampling settings of one request (official Qwen3-TTS defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.9, gt=0.0, le=2.0)
+    top_k: int = Field(50, ge=0, le=4096, description="0 disables top-k")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    repetition_penalty: float = Field(1.05, ge=1.0, le=2.0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="fixed seed: reproducible output")
+    greedy: bool = Field(False, description="argmax decoding (ignores temperature/top-k/top-p)")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a checkpoint: what every family understands plus family-specific knobs.
+
+    Attributes:
+        device: "cpu", "cuda", "cuda:1"...
+        dtype: weights and activations.
+        codec_dtype: the audio decoder's dtype.
+        quant: "none" or "int8".
+        prefix_cache: cache each voice's constant prompt prefix (keys/values).
+        compile: compiled static decode steps (not bit-exact).
+        trace_steps: replay recorded decode steps (bitwise the same outputs).
+        kernels: CPU kernel choices by name ("int8_kernel", "fused_ops", "f32_rows"): True (on),
+            False (off) or None (where it measures faster at load).
+    """
+
+    device: str = "cpu"
+    dtype: torch.dtype = torch.float32
+    codec_dtype: torch.dtype = torch.float32
+    quant: str = "none"
+    prefix_cache: bool = True
+    compile: bool = False
+    trace_steps: bool = False
+    kernels: tuple[tuple[str, bool | None], ...] = ()
+
+    def kernel(self, name: str) -> bool | None:
+        """The choice for kernel ``name`` (None: decide by measuring)."""
+        return dict(self.kernels).get(name)
+
+
+@runtime_checkable
+class Voice(Protocol):
+    """Per-voice constant data built from reference audio; serialisable (safetensors + JSON)."""
+
+    def to_bytes(self) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class WarmupCase:
+    """One voice mode the model serves: request fields (e.g. a speaker) plus a voice or None.
+
+    ``sampled``: whether to warm the sampled path too (greedy always runs).
+    """
+
+    fields: dict[str, Any]
+    voice: Any = None
+    sampled: bool = True
+
+
+class FrameGenerator(Protocol):
+    """The frames of one prompt: prefill, then one frame per step until None.
+
+    Attributes:
+        seed: the seed of this stream's random generator.
+        finish_reason: None while running, then "eos" or "max_frames".
+        prefill_s: wall time of the prefill (seconds).
+        stage_s: cumulative wall time per model stage (e.g. {"talker": .., "code_predictor": ..}).
+        prefix_hit / prefix_positions: the prefix cache's answer (None when not applicable).
+    """
+
+    seed: int | None
+    finish_reason: str | None
+    prefill_s: float
+
+    def prefill(self) -> None: ...
+
+    def prefill_part(self, max_positions: int | None) -> bool: ...
+
+    def step(self) -> torch.Tensor | None: ...
+
+    def stage_ms(self) -> dict[str, float]: ...
+
+    def prefix_report(self) -> tuple[bool, int] | None: ...
+
+
+class StreamingDecoder(Protocol):
+    """Codes -> audio, chunk by chunk; the concatenation equals a one-pass decode."""
+
+    def decode(self, codes: torch.Tensor) -> np.ndarray: ...
+
+
+class TTSModel(Protocol):
+    """A loaded model family (see the module docstring for the frame loop).
+
+    Attributes:
+        model_type: the checkpoint's variant (Qwen3-TTS: "base", "custom_voice", "voice_design").
+        identity: stable name of the checkpoint's content (cache keys, voice ids).
+        sample_rate: of the decoded audio.
+        samples_per_frame: audio samples per generated frame.
+        speakers: named speakers (lower case; empty where the model has none).
+        clones_voices: whether voices can be built from reference audio.
+    """
+
+    model_type: str
+    identity: str
+    sample_rate: int
+    samples_per_frame: int
+
+    @property
+    def speakers(self) -> Sequence[str]: ...
+
+    @property
+    def clones_voices(self) -> bool: ...
+
+    def make_voice(
+        self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool
+    ) -> Any: ...
+
+    def voice_from_bytes(self, data: bytes) -> Any: ...
+
+    def prime_voice(self, voice: Any, *, prefix: bool = True) -> Any: ...
+
+    def warmup_cases(self, reference: np.ndarray, reference_text: str) -> list[WarmupCase]: ...
+
+    def prepare_batches(self, max_batch: int) -> None: ...
+
+    def fill_speaker_prefixes(self) -> int: ...
+
+    def build_prompt(
+        self,
+        text: str,
+        *,
+        speaker: str | None = None,
+        voice: Any = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> Any: ...
+
+    def new_generator(self, prompt: Any, sampling: SamplingParams, max_frames: int) -> FrameGenerator: ...
+
+    def step_many(self, generators: list[Any]) -> list[torch.Tensor | None]: ...
+
+    def new_decoder(self, voice: Any = None) -> StreamingDecoder: ...
+
+    def runtime_report(self) -> dict[str, Any]: ...
