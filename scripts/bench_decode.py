@@ -145,6 +145,30 @@ def teacher_forced_agreement(model: Any, prompt: Any, codes: list[list[int]]) ->
     }
 
 
+def _use_traced_steps(model: Any) -> None:
+    """Recorded steps, in this revision's API or a baseline revision's (methods on the layers)."""
+    try:
+        from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
+        from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
+    except ImportError:
+        model.talker.code_predictor.use_traced_steps()
+        if hasattr(model.talker, "use_traced_step"):  # the talker's steps (later revisions)
+            model.talker.use_traced_step()
+        return
+    use_traced_steps(model.talker.code_predictor)
+    use_traced_step(model.talker)
+
+
+def _use_static_decode(model: Any) -> None:
+    """Compiled steps, in this revision's API or a baseline revision's."""
+    try:
+        from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
+    except ImportError:
+        model.talker.use_static_decode()
+        return
+    use_static_decode(model.talker)
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -179,14 +203,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     prompt = _prompt(model)
     if args.trace:
         t0 = time.perf_counter()
-        model.talker.code_predictor.use_traced_steps()
-        if hasattr(model.talker, "use_traced_step"):  # the talker's steps (later revisions)
-            model.talker.use_traced_step()
+        _use_traced_steps(model)
         model.prepare_batches(int(args.streams or 1))
         out["trace_s"] = time.perf_counter() - t0
     if args.compile:
         t0 = time.perf_counter()
-        model.talker.use_static_decode()
+        _use_static_decode(model)
         gen = model.new_generator(prompt, SamplingParams(seed=5, greedy=args.greedy), max_frames=3)
         while gen.step() is not None:  # compile every graph (talker step, both code-predictor steps)
             pass
@@ -258,9 +280,9 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
 
     ``linear``: ``F.linear`` at M=1 (MKL's matrix-vector product: one thread whatever the pool);
     ``blocks``: the same product as one block of outputs per thread in one bmm (the kernel the model
-    uses for one row where it is faster, :func:`voxcast.models.qwen3_tts.rows_linear.split_linear`);
+    uses for one row where it is faster, :func:`voxcast.kernels.rows_linear.split_linear`);
     ``read``: a plain read of the same weights (``Tensor.sum``), what the memory gives at all;
-    ``packed``: voxcast's float32 row kernel on packed weights (:mod:`voxcast.models.qwen3_tts.f32_rows`).
+    ``packed``: voxcast's float32 row kernel on packed weights (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
     ``matrices`` > 1 cycles through that many distinct weights, so that the working set outgrows
     the last-level cache the way a frame's 6.6 GB of weights do: one 64 MiB matrix stays in a large
     L3 (105-260 MB on this project's Intel machines) and measures the cache, not DRAM.
@@ -268,7 +290,10 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
     import torch
     import torch.nn.functional as F
 
-    from voxcast.models.qwen3_tts.rows_linear import split_linear
+    try:
+        from voxcast.kernels.rows_linear import split_linear
+    except ImportError:  # a baseline revision before voxcast.kernels
+        from voxcast.models.qwen3_tts.rows_linear import split_linear  # type: ignore[no-redef]
 
     if threads:
         torch.set_num_threads(threads)
@@ -281,7 +306,10 @@ def bandwidth(threads: int, seconds: float = 1.5, matrices: int = 1) -> dict[str
         "read": lambda w: w.sum(),
     }
     try:  # voxcast's float32 row kernel on packed weights (later sources; where it builds)
-        from voxcast.models.qwen3_tts import f32_rows
+        try:
+            from voxcast.models.qwen3_tts.accel import f32_rows
+        except ImportError:  # a baseline revision before the accel package
+            from voxcast.models.qwen3_tts import f32_rows  # type: ignore[no-redef]
 
         if f32_rows.available():
             packs = {id(w): f32_rows.pack(w) for w in weights}
@@ -490,7 +518,7 @@ def main() -> None:
         variants = {"baseline": (_extract(args.baseline, Path(tmp.name)), "none", "auto"), **variants}
     if args.quant != "none" and args.int8_kernel == "both":
         variants[f"{args.quant} fbgemm"] = (cur, args.quant, "pytorch")
-        from voxcast.models.qwen3_tts import int8_kernel
+        from voxcast.kernels import native as int8_kernel
 
         for v in int8_kernel.variants():  # every variant this CPU runs, the default first
             variants[f"{args.quant} voxcast-{v}"] = (cur, args.quant, f"voxcast-{v}")

@@ -7,7 +7,7 @@ decoder), a synthetic reference of ``--seconds``. Variants of a part run alterna
 (A, B, B, A, ...) after one warm-up each; medians are printed with their ratios:
 
 - codec encoder: transformers' Mimi convolution stack (``gemm_seanet=False``), voxcast's
-  :class:`~voxcast.models.qwen3_tts.seanet_gemm.GemmSeanet`, and GemmSeanet with the C++ ELU (the
+  :class:`~voxcast.kernels.seanet_gemm.GemmSeanet`, and GemmSeanet with the C++ ELU (the
   int8 default); the codes of all three are checked equal;
 - speaker encoder: PyTorch's convolutions (float32 default) vs matrix products (int8 default);
 - priming the audio decoder with the reference codes.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_engine import machine_info  # noqa: E402
 
 from voxcast.engine.warmup import _reference_audio  # noqa: E402
-from voxcast.models.qwen3_tts import int8_kernel  # noqa: E402
+from voxcast.kernels import native as int8_kernel  # noqa: E402
 from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
 from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder, build_mimi_encoder  # noqa: E402
 from voxcast.models.qwen3_tts.config import SpeakerEncoderConfig  # noqa: E402

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from voxcast.kernels.rows_linear import onednn_available
 from voxcast.models.qwen3_tts.codec_decoder import SAMPLES_PER_FRAME, CodecDecoder, load_codec_decoder
 from voxcast.models.qwen3_tts.codec_layers import CausalConv
-from voxcast.models.qwen3_tts.rows_linear import onednn_available
 from voxcast.testing.qwen3_tts_parts import write_random_speech_tokenizer
 
 TOL = 1e-5

@@ -55,8 +55,16 @@ def test_auto_codec_dtype_with_int8_weights(codec: str, native: bool, expected: 
     )
 
 
-def test_native_bfloat16_probe_answers_for_this_machine() -> None:
-    assert native_bfloat16("cpu") in (True, False)
+def test_native_bfloat16_follows_the_cpu_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Native bfloat16 on a CPU means AVX-512 BF16 or AMX, never oneDNN's emulation on plain AVX-512."""
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
+    for bf16, amx, want in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=bf16: v, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+        assert native_bfloat16("cpu") is want
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert native_bfloat16("cpu") is False
     if not torch.cuda.is_available():
         assert native_bfloat16("cuda") is False
 

@@ -1,4 +1,4 @@
-"""Recorded code-predictor steps (:mod:`voxcast.models.qwen3_tts.cp_trace`): bitwise the eager path."""
+"""Recorded code-predictor steps (:mod:`voxcast.models.qwen3_tts.accel.cp_trace`): bitwise the eager path."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 from tests.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXTS = [
@@ -36,7 +37,7 @@ def test_traced_steps_equal_eager_bitwise(tiny_model_dir: Any, quant: str) -> No
     code0 = model.talker.codec_embed(torch.tensor([[3], [9]]))
     with torch.inference_mode():
         want = cp.predict_frame(hidden, code0, lambda logits: logits.argmax(-1))
-        cp.use_traced_steps()
+        use_traced_steps(cp)
         got = cp.predict_frame(hidden, code0, lambda logits: logits.argmax(-1))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
@@ -44,7 +45,7 @@ def test_traced_steps_equal_eager_bitwise(tiny_model_dir: Any, quant: str) -> No
 def test_traced_steps_in_generation(tiny_model_dir: Any) -> None:
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
     eager = {g: _run(model, g) for g in (True, False)}
-    model.talker.code_predictor.use_traced_steps()
+    use_traced_steps(model.talker.code_predictor)
     assert model.talker.code_predictor.traced is not None
     for greedy in (True, False):
         assert _run(model, greedy) == eager[greedy]
@@ -53,7 +54,7 @@ def test_traced_steps_in_generation(tiny_model_dir: Any) -> None:
     frames = []
     while (f := single.step()) is not None:
         frames.append(f.tolist())
-    model.talker.code_predictor.use_traced_steps(False)
+    use_traced_steps(model.talker.code_predictor, False)
     again = model.new_generator(model.build_prompt(TEXTS[0], speaker="ryan"), SamplingParams(greedy=True), 8)
     want = []
     while (f := again.step()) is not None:

@@ -1,4 +1,4 @@
-"""voxcast's fused decode operations (:mod:`voxcast.models.qwen3_tts.decode_ops`): the RMSNorm and the
+"""voxcast's fused decode operations (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`): the RMSNorm and the
 q/k norm + rotary embedding against PyTorch's operations, rows independent, bad inputs refused, and
 the model's choice (on with int8 weights, off for float32 weights, whose parity with the official
 implementation is bitwise), eager and recorded steps alike."""
@@ -12,7 +12,7 @@ import torch
 
 from voxcast.config import EngineConfig
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts import decode_ops
+from voxcast.models.qwen3_tts.accel import decode_ops
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 from voxcast.models.qwen3_tts.talker import Attention, RMSNorm, _rotate_half
 

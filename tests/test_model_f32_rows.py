@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from tests.test_model_batching import _sequential, batched_codes
 from tests.test_model_rows_linear import _gens
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts import f32_rows
+from voxcast.models.qwen3_tts.accel import f32_rows
+from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 from voxcast.models.qwen3_tts.talker import MLP, Attention
 
@@ -118,7 +119,7 @@ def test_rows_of_a_batch_get_the_bits_each_gets_alone(n: int, k: int, rows: int)
 def test_rows_linear_sends_one_position_rows_and_pairs_to_the_kernels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from voxcast.models.qwen3_tts import rows_linear as rl
+    from voxcast.kernels import rows_linear as rl
 
     calls: list[tuple[tuple[int, ...], int]] = []
     real = torch.ops.voxcast.f32_rows_linear
@@ -258,6 +259,6 @@ def test_setting_from_the_environment() -> None:
 
 def test_compiled_steps_go_back_to_pytorch_kernels(tiny_model_dir: Any) -> None:
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), f32_rows=True)
-    model.talker.use_static_decode(backend="eager")  # the custom operations have no compiled form
+    use_static_decode(model.talker, backend="eager")  # the custom operations have no compiled form
     assert not any(getattr(m, "f32_rows", False) for m in model.talker.modules())
     assert all(getattr(m, "row_packed", None) is None for m in model.talker.modules())

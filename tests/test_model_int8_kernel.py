@@ -1,4 +1,4 @@
-"""voxcast's int8 decode kernel (:mod:`voxcast.models.qwen3_tts.int8_kernel`): built here with the
+"""voxcast's int8 decode kernel (:mod:`voxcast.kernels.native`): built here with the
 machine's compiler, then checked against float64 arithmetic, for row independence, against bad
 inputs, as routed by :class:`.quant.Int8Linear`, inside a model (eager and recorded steps), and for
 its fallback to fbgemm where it cannot be built."""
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts import int8_kernel
+from voxcast.kernels import native as int8_kernel
+from voxcast.models.qwen3_tts.accel.quant import KERNEL_ROWS, Int8Linear, _int8
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.quant import KERNEL_ROWS, Int8Linear, _int8
 
 pytestmark = pytest.mark.skipif(not int8_kernel.load(), reason="the int8 kernel cannot be built here")
 

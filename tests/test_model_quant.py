@@ -13,6 +13,7 @@ import torch
 
 from voxcast.config import EngineConfig
 from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.accel.quant import Int8Linear
 from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -42,6 +43,23 @@ def test_int8_codes_are_valid_and_deterministic(int8_model: Qwen3TTS) -> None:
         int(a[:, 1:].min()) >= 0 and int(a[:, 1:].max()) < int8_model.config.talker.code_predictor.vocab_size
     )
     assert torch.equal(_codes(int8_model, False, 5), _codes(int8_model, False, 5))
+
+
+def test_int8_weights_are_the_ones_that_run(int8_model: Qwen3TTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every decoder layer of the talker and the code predictor has int8 projections, and a frame
+    runs through them (not through float32 weights left beside them)."""
+    layers = list(int8_model.talker.model.layers) + list(int8_model.talker.code_predictor.model.layers)
+    assert all(any(isinstance(m, Int8Linear) for m in layer.modules()) for layer in layers)
+    calls: list[int] = []
+    forward = Int8Linear.forward
+
+    def counted(self: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return forward(self, x)
+
+    monkeypatch.setattr(Int8Linear, "forward", counted)
+    _codes(int8_model, greedy=True)
+    assert len(calls) >= 10 * len(layers)  # 10 frames, at least one int8 product per layer and frame
 
 
 def test_int8_batches(int8_model: Qwen3TTS) -> None:
@@ -76,7 +94,7 @@ def test_int8_linear_equals_quantize_dynamic(bias: bool) -> None:
 
     from torch import nn
 
-    from voxcast.models.qwen3_tts.quant import _int8
+    from voxcast.models.qwen3_tts.accel.quant import _int8
 
     torch.manual_seed(0)
     parts = [nn.Linear(64, n, bias=bias) for n in (48, 16, 16)]

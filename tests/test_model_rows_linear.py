@@ -1,4 +1,4 @@
-"""Batched decode rows on oneDNN (:mod:`voxcast.models.qwen3_tts.rows_linear`).
+"""Batched decode rows on oneDNN (:mod:`voxcast.kernels.rows_linear`).
 
 One row and every prefill keep PyTorch's kernel (bitwise the official model); rows of a batch may
 run on oneDNN, equal to the single-row values up to float rounding. On the tiny checkpoint greedy
@@ -16,14 +16,14 @@ from torch import nn
 
 from tests.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.rows_linear import (
+from voxcast.kernels.rows_linear import (
     Linear,
     onednn_available,
     onednn_rows_faster,
     rows_linear,
     use_onednn_rows,
 )
+from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from tests.test_model_batching import _sequential, batched_codes
 from tests.test_model_rows_linear import _gens
 from voxcast.engine.request import SamplingParams
+from voxcast.kernels.rows_linear import Linear, rows_linear, split_linear, split_rows_faster
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear, split_linear, split_rows_faster
 
 # The 0.6B model's one-row shapes (fused q/k/v, o, fused gate/up, down, heads) and the tiny test
 # model's.
@@ -56,7 +56,7 @@ def test_only_few_float32_rows_of_large_enough_blocks_are_split(monkeypatch: pyt
         calls.append(tuple(w.shape))
         return real(x, w, b, parts)
 
-    monkeypatch.setattr("voxcast.models.qwen3_tts.rows_linear.split_linear", spy)
+    monkeypatch.setattr("voxcast.kernels.rows_linear.split_linear", spy)
     w = torch.randn(128, 64)
     for x in (torch.randn(4, 1, 64), torch.randn(1, 5, 64)):  # 4 batched rows, a prefill
         assert torch.equal(rows_linear(x, w, None, False, 2), F.linear(x, w))

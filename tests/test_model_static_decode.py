@@ -1,4 +1,4 @@
-"""Static-shape decode steps (``VOXCAST_COMPILE``, :mod:`voxcast.models.qwen3_tts.graphs`).
+"""Static-shape decode steps (``VOXCAST_COMPILE``, :mod:`voxcast.models.qwen3_tts.accel.graphs`).
 
 The static path attends over the whole preallocated cache with a mask and writes keys/values at a
 position held in a tensor. Traced with the "eager" backend it runs the same ops as the eager path
@@ -16,7 +16,7 @@ import torch
 
 from tests.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.graphs import bucket
+from voxcast.models.qwen3_tts.accel.graphs import bucket, use_static_decode
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXT = "The static path must say exactly what the eager path says."
@@ -49,7 +49,7 @@ def test_bucket_rounds_up_to_powers_of_two() -> None:
 def test_static_path_equals_eager_codes(checkpoint: str) -> None:
     eager = Qwen3TTS.from_pretrained(checkpoint)
     static = Qwen3TTS.from_pretrained(checkpoint)
-    static.talker.use_static_decode(backend="eager")
+    use_static_decode(static.talker, backend="eager")
     for greedy in (True, False):
         assert _codes(static, greedy=greedy) == _codes(eager, greedy=greedy)
     # the talker cache is bucketed so that few graphs serve every request
@@ -66,7 +66,7 @@ def test_static_talker_step_matches_eager_hidden(checkpoint: str) -> None:
         talker(prompt.embeds, cache, 0)
         x = prompt.pad + talker.codec_embed(torch.tensor([[5]]))
         h_eager, l_eager = talker(x, cache, prompt.length)
-        talker.use_static_decode(backend="eager")
+        use_static_decode(talker, backend="eager")
         assert talker.static is not None
         h_static, l_static = talker.static.talker_step(x, cache, prompt.length)
     torch.testing.assert_close(h_static, h_eager, rtol=0, atol=1e-5)
@@ -76,7 +76,7 @@ def test_static_talker_step_matches_eager_hidden(checkpoint: str) -> None:
 def test_static_path_in_batched_steps(checkpoint: str) -> None:
     """Batched rows keep the eager talker (per-row caches) and use the static code predictor."""
     model = Qwen3TTS.from_pretrained(checkpoint)
-    model.talker.use_static_decode(backend="eager")
+    use_static_decode(model.talker, backend="eager")
     gens = [
         model.new_generator(model.build_prompt(TEXT, speaker=s), SamplingParams(greedy=True), 8)
         for s in ("ryan", "vivian")
@@ -89,7 +89,7 @@ def test_static_path_in_batched_steps(checkpoint: str) -> None:
 def test_static_decode_refuses_int8(checkpoint: str) -> None:
     model = Qwen3TTS.from_pretrained(checkpoint, quant="int8")
     with pytest.raises(ValueError, match="int8"):
-        model.talker.use_static_decode(backend="eager")
+        use_static_decode(model.talker, backend="eager")
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_inductor_on_cpu_keeps_greedy_codes(checkpoint: str) -> None:
     """Generated kernels round differently; on the tiny model greedy codes still agree."""
     eager = Qwen3TTS.from_pretrained(checkpoint)
     compiled = Qwen3TTS.from_pretrained(checkpoint)
-    compiled.talker.use_static_decode(backend="inductor")
+    use_static_decode(compiled.talker, backend="inductor")
     want, got = _codes(eager, frames=6), _codes(compiled, frames=6)
     agree = sum(a == b for fa, fb in zip(want, got, strict=True) for a, b in zip(fa, fb, strict=True))
     assert agree / (16 * len(want)) >= 0.9
@@ -107,7 +107,7 @@ def test_inductor_on_cpu_keeps_greedy_codes(checkpoint: str) -> None:
 def test_cuda_graphs_keep_greedy_codes(checkpoint: str) -> None:
     eager = Qwen3TTS.from_pretrained(checkpoint, device="cuda")
     compiled = Qwen3TTS.from_pretrained(checkpoint, device="cuda")
-    compiled.talker.use_static_decode()  # inductor, CUDA graphs for the code predictor
+    use_static_decode(compiled.talker)  # inductor, CUDA graphs for the code predictor
     assert compiled.talker.static is not None
     want, got = _codes(eager, frames=10), _codes(compiled, frames=10)
     agree = sum(a == b for fa, fb in zip(want, got, strict=True) for a, b in zip(fa, fb, strict=True))

@@ -1,4 +1,4 @@
-"""The recorded one-row talker decode step (:mod:`voxcast.models.qwen3_tts.talker_trace`): bitwise the eager
+"""The recorded one-row talker decode step (:mod:`voxcast.models.qwen3_tts.accel.talker_trace`): bitwise the eager
 step at every position, across key/value cache growth, in float32 and int8."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from tests.test_model_batching import batched_codes
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SamplingParams
+from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXT = "The recorded talker step replays the same operations at every position."
@@ -29,7 +30,7 @@ def test_traced_step_equals_eager_at_every_position(tiny_model_dir: Any, quant: 
         traced_cache = talker.new_cache(64, reserve=6)
         talker(prompt, eager_cache, 0)
         talker(prompt, traced_cache, 0)
-        talker.use_traced_step()
+        use_traced_step(talker)
         assert talker.traced is not None
         for pos in range(5, 40):
             x = torch.randn(1, 1, hidden, generator=rng)
@@ -56,7 +57,7 @@ def _codes(model: Qwen3TTS, greedy: bool) -> list[list[int]]:
 def test_traced_step_in_generation(tiny_model_dir: Any) -> None:
     model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
     eager = {g: _codes(model, g) for g in (True, False)}
-    model.talker.use_traced_step()
+    use_traced_step(model.talker)
     for greedy in (True, False):
         assert _codes(model, greedy) == eager[greedy]
     assert model.talker.traced is not None and model.talker.traced.ready  # recorded on first use
@@ -99,7 +100,7 @@ def test_traced_rows_equal_eager_rows(tiny_model_dir: Any, quant: str, batch: in
     prompts = [torch.randn(1, 3 + 2 * r, hidden, generator=rng) for r in range(batch)]
     with torch.inference_mode():
         eager, traced_caches = _row_caches(talker, prompts), _row_caches(talker, prompts)
-        talker.use_traced_step()
+        use_traced_step(talker)
         traced = talker.traced
         assert traced is not None
         starts = [p.shape[1] for p in prompts]
@@ -129,7 +130,7 @@ def test_traced_rows_fill_a_bucket_with_zero_rows(tiny_model_dir: Any) -> None:
     with torch.inference_mode():
         eager, traced_caches = _row_caches(talker, prompts), _row_caches(talker, prompts)
         spare = talker.new_cache(1)
-        talker.use_traced_step()
+        use_traced_step(talker)
         traced = talker.traced
         assert traced is not None
         starts = [p.shape[1] for p in prompts]
@@ -163,7 +164,7 @@ def test_traced_rows_in_batched_generation(tiny_model_dir: Any) -> None:
         return batched_codes(gens)
 
     eager = {g: run(g) for g in (True, False)}
-    model.talker.use_traced_step()
+    use_traced_step(model.talker)
     model.prepare_batches(4)
     assert model.talker.traced is not None and model.talker.traced.row_buckets == [2, 4]
     for greedy in (True, False):

@@ -10,19 +10,14 @@ import pytest
 import torch
 from transformers.models.mimi.modeling_mimi import MimiEncoder, MimiResnetBlock
 
-from voxcast.models.qwen3_tts import int8_kernel
-from voxcast.models.qwen3_tts.codec_encoder import (
-    _FULL_ENCODER,
-    _TINY_ENCODER,
-    CodecEncoder,
-    build_mimi_encoder,
-)
-from voxcast.models.qwen3_tts.seanet_gemm import GemmSeanet, supports
+from voxcast.kernels import native as int8_kernel
+from voxcast.kernels.seanet_gemm import GemmSeanet, supports
+from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder, build_mimi_encoder
+from voxcast.testing.qwen3_tts_parts import speech_tokenizer_config
 
 
 def _mimi(**overrides: Any) -> Any:
-    cfg = dict(_FULL_ENCODER)
-    cfg.update(_TINY_ENCODER)
+    cfg = dict(speech_tokenizer_config("tiny")["encoder_config"])
     cfg.update(overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

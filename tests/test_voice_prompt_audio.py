@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voxcast.errors import InvalidRequest
-from voxcast.models.qwen3_tts.reference_audio import (
+from voxcast.audio.reference import (
     MAX_DURATION_S,
     MIN_DURATION_S,
     SAMPLE_RATE,
     load_reference_audio,
     prepare_reference_audio,
 )
+from voxcast.errors import InvalidRequest
 
 
 def _tone(seconds: float, sr: int, channels: int = 1, amp: float = 0.3) -> np.ndarray:

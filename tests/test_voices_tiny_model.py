@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from voxcast.audio.reference import SAMPLE_RATE, load_reference_audio
 from voxcast.errors import InvalidRequest
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.reference_audio import SAMPLE_RATE, load_reference_audio
 from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.storage import BlobStore
 from voxcast.voices import VoiceRegistry

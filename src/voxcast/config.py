@@ -78,7 +78,7 @@ class EngineConfig:
             and measures faster than fbgemm at load), "on" (where it builds) or "off"
             (``VOXCAST_INT8_KERNEL``).
         fused_ops: float32 RMSNorms, q/k norm + rotary embeddings and decode-step attention as C++ operations
-            (``voxcast.models.qwen3_tts.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3),
+            (``voxcast.models.qwen3_tts.accel.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3),
             the codec encoder's ELUs (``encoder_ops.cpp``) and the speaker encoder's convolutions
             as matrix products:
             "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
@@ -86,7 +86,7 @@ class EngineConfig:
         f32_rows: float32 weights on the CPU: one decode row per Linear on voxcast's kernels, which
             sum in the BLAS's own order (bitwise ``F.linear``, checked on every weight at load) at
             memory speed, the code predictor's five layers through packed copies of their weights
-            (+315 MB); the fp32 frame 0.80x on an AMD Zen 5 (``voxcast.models.qwen3_tts.f32_rows``):
+            (+315 MB); the fp32 frame 0.80x on an AMD Zen 5 (``voxcast.models.qwen3_tts.accel.f32_rows``):
             "auto" (where the BLAS's bits match and each kernel measures faster at load), "on" (where
             they match) or "off" (``VOXCAST_F32_ROWS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it

@@ -33,7 +33,6 @@ from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import Timing
 from voxcast.envvars import env_bool, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
-from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.keys import validate_key
@@ -196,16 +195,15 @@ class Service:
     @classmethod
     def assemble(cls, config: ServiceConfig, engine: Engine, store: BlobStore) -> Service:
         """Build the voice registry and the audio cache around a loaded engine and an open store."""
-        speakers = tuple(engine.model.speakers) if engine.model_type == "custom_voice" else ()
-        voices: VoiceRegistry[VoicePrompt] = VoiceRegistry(
+        voices: VoiceRegistry[Any] = VoiceRegistry(
             store,
             engine.identity,
             # A request that brings a new reference computes the prompt prefix in its one-pass prefill
             # (measured: building it with the voice added ~58 ms to the voice and saved ~30 of the
             # prefill); register_voice computes it ahead, for the voice's first request.
             functools.partial(engine.create_voice, prefix=False),
-            lambda data: engine.prime_voice(VoicePrompt.from_bytes(data, expected_identity=engine.identity)),
-            speakers=speakers,
+            engine.load_voice,
+            speakers=engine.speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
             persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
@@ -229,14 +227,11 @@ class Service:
         t0 = time.perf_counter()
         try:
             if req.voice is not None:
-                if (
-                    self.engine.model_type == "custom_voice"
-                    and req.voice.lower() in self.engine.model.speakers
-                ):
+                if req.voice.lower() in self.engine.speakers:
                     return None, req.voice.lower(), None
-                if self.engine.model_type != "base":
+                if not self.engine.clones_voices:
                     raise VoiceNotFound(
-                        f"unknown speaker {req.voice!r}; this model has {list(self.engine.model.speakers)}",
+                        f"unknown speaker {req.voice!r}; this model has {list(self.engine.speakers)}",
                         field="voice",
                     )
                 prompt, lru_hit = self.voices.lookup(req.voice)
@@ -244,7 +239,7 @@ class Service:
                 return prompt, req.voice, req.voice
             audio = req.ref_audio_bytes()
             if audio is not None:
-                if self.engine.model_type != "base":
+                if not self.engine.clones_voices:
                     raise InvalidRequest(
                         f"voice cloning needs a Base model; this one is {self.engine.model_type}",
                         field="ref_audio",

@@ -25,9 +25,9 @@ import torch
 from safetensors.torch import load_file
 
 from tests.parity._official import import_qwen_tts, load_official, official_voice_items, run_official
+from voxcast.audio.reference import prepare_reference_audio
 from voxcast.models.qwen3_tts.codec_decoder import SAMPLES_PER_FRAME, CodecDecoder, CodecDecoderConfig
 from voxcast.models.qwen3_tts.codec_encoder import load_codec_encoder
-from voxcast.models.qwen3_tts.reference_audio import prepare_reference_audio
 from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig, extract_xvector
 from voxcast.models.qwen3_tts.voice_prompt import build_voice_prompt
 

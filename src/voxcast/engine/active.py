@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import playback_stalls
+from voxcast.models.base import FrameGenerator, StreamingDecoder
 
 __all__ = ["Active", "fill_final_timing", "next_chunk_frames", "ramp_frames"]
 
@@ -31,8 +31,8 @@ class Active:
     """
 
     stream: SynthesisStream
-    generator: Any
-    decoder: Any
+    generator: FrameGenerator
+    decoder: StreamingDecoder
     max_frames: int
     pending: list[torch.Tensor] = field(default_factory=list)
     target: int = 1
@@ -95,8 +95,9 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     """
     t = act.stream.timing
     gen = act.generator
-    t.talker_ms = float(getattr(gen, "talker_s", 0.0)) * 1000
-    t.code_predictor_ms = float(getattr(gen, "code_predictor_s", 0.0)) * 1000
+    stages = gen.stage_ms()
+    t.talker_ms = stages.get("talker_ms", 0.0)
+    t.code_predictor_ms = stages.get("code_predictor_ms", 0.0)
     t.codec_ms = act.codec_s * 1000
     t.total_ms = (time.perf_counter() - act.stream.started_at) * 1000
     t.frames = act.frames
@@ -105,7 +106,7 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     t.rtf = (t.total_ms / 1000) / t.audio_s if t.audio_s else 0.0
     t.stalls, stall_s = playback_stalls(act.emits, act.durations)
     t.stall_ms = stall_s * 1000
-    t.finish_reason = reason or str(getattr(gen, "finish_reason", None) or "eos")
+    t.finish_reason = reason or gen.finish_reason or "eos"
     # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
     t.runaway = t.finish_reason == "max_frames" and act.stream.request.max_frames is None
     if t.runaway:

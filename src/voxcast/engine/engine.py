@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from voxcast.audio.reference import load_reference_audio
 from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.active import Active, fill_final_timing, next_chunk_frames
 from voxcast.engine.chunks import AudioChunk
@@ -37,6 +38,8 @@ from voxcast.engine.runtime_info import runtime_choices
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.errors import EngineUnavailable, InvalidRequest
+from voxcast.models.base import FrameGenerator, LoadOptions, TTSModel
+from voxcast.models.registry import load_model
 
 __all__ = ["Engine"]
 
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.25
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 # Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
 # bench_decode_threads.py, 2 cores, the full-size codec on the decode thread against matrix-vector
 # "generation" on this one, 3 runs): with 1 decode thread each generation step took 4-4.5x longer and
@@ -69,7 +73,7 @@ def _close_at_exit(ref: weakref.ref[Engine]) -> None:
 class Engine:
     """A warmed model plus its scheduler thread. Thread-safe: call ``synthesize`` from anywhere."""
 
-    def __init__(self, model: Any, config: EngineConfig, *, load_ms: float = 0.0) -> None:
+    def __init__(self, model: TTSModel, config: EngineConfig, *, load_ms: float = 0.0) -> None:
         self.model = model
         self.config = config
         self.load_ms = load_ms
@@ -95,8 +99,6 @@ class Engine:
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
         """Load ``config.model``, start the scheduler and (unless disabled) warm every path."""
-        from voxcast.models.qwen3_tts.model import Qwen3TTS
-
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
@@ -105,21 +107,20 @@ class Engine:
             config.resolved_dtype(), config.codec_dtype, native_bfloat16(device), config.quant
         )
         log_fallbacks(precision, device)
-        model = on_fresh_thread(  # see voxcast.engine.threads: no lasting OpenMP team on this thread
-            lambda: Qwen3TTS.from_pretrained(
-                config.model,
-                device=device,
-                dtype=_DTYPES[precision.model],
-                quant=config.quant,
-                int8_kernel={"auto": None, "on": True, "off": False}[config.int8_kernel],
-                fused_ops={"auto": None, "on": True, "off": False}[config.fused_ops],
-                f32_rows={"auto": None, "on": True, "off": False}[config.f32_rows],
-                prefix_cache=config.prefix_cache,
-                compile=config.resolved_compile(),
-                codec_dtype=_DTYPES[precision.codec],
-                trace_steps=config.trace_steps and device == "cpu",
-            )
+        options = LoadOptions(
+            device=device,
+            dtype=_DTYPES[precision.model],
+            codec_dtype=_DTYPES[precision.codec],
+            quant=config.quant,
+            prefix_cache=config.prefix_cache,
+            compile=config.resolved_compile(),
+            trace_steps=config.trace_steps and device == "cpu",
+            kernels=tuple(
+                (name, _CHOICE[getattr(config, name)]) for name in ("int8_kernel", "fused_ops", "f32_rows")
+            ),
         )
+        # see voxcast.engine.threads: no lasting OpenMP team on this thread
+        model = on_fresh_thread(lambda: load_model(config.model, options))
         load_ms = (time.perf_counter() - t0) * 1000
         engine = cls(model, config, load_ms=load_ms)
         engine.precision = precision
@@ -141,6 +142,20 @@ class Engine:
     @property
     def sample_rate(self) -> int:
         return int(self.model.sample_rate)
+
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        """The model's named speakers (lower case; empty where it has none)."""
+        return tuple(self.model.speakers)
+
+    @property
+    def clones_voices(self) -> bool:
+        """Whether the model builds voices from reference audio."""
+        return self.model.clones_voices
+
+    def load_voice(self, data: bytes) -> Any:
+        """A stored voice (its ``to_bytes``), checked to belong to this model, primed for use."""
+        return self.prime_voice(self.model.voice_from_bytes(data))
 
     @property
     def decode_threaded(self) -> bool:
@@ -187,18 +202,14 @@ class Engine:
             prefix: also compute its prompt prefix (a request that brings its own reference audio
                 skips that: its one-pass prefill computes the prefix anyway, at no extra cost).
         """
-        from voxcast.models.qwen3_tts.reference_audio import load_reference_audio
-
-        if self.model_type != "base":
+        if not self.model.clones_voices:
             raise InvalidRequest(
                 f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
             )
         pcm = load_reference_audio(audio)
         return on_fresh_thread(
             lambda: self._primed(
-                self.model.make_voice_prompt(
-                    pcm, self.sample_rate, ref_text=ref_text, x_vector_only=x_vector_only or ref_text is None
-                ),
+                self.model.make_voice(pcm, self.sample_rate, ref_text, x_vector_only or ref_text is None),
                 prefix,
             )
         )
@@ -214,8 +225,7 @@ class Engine:
         return on_fresh_thread(lambda: self._primed(voice, prefix))
 
     def _primed(self, voice: Any, prefix: bool = True) -> Any:
-        prime = getattr(self.model, "prime_voice", None)
-        return voice if prime is None else prime(voice, prefix=prefix)
+        return self.model.prime_voice(voice, prefix=prefix)
 
     def _prepare_voice(self, stream: SynthesisStream) -> None:
         t0 = time.perf_counter()
@@ -239,16 +249,14 @@ class Engine:
         from voxcast.engine.warmup import warmup_requests
 
         t0 = time.perf_counter()
-        prepare = getattr(self.model, "prepare_batches", None)
-        if prepare is not None:  # e.g. the code predictor's recorded steps for every batch size
-            on_fresh_thread(lambda: prepare(self.config.max_active))
+        # e.g. the code predictor's recorded steps for every batch size
+        on_fresh_thread(lambda: self.model.prepare_batches(self.config.max_active))
         pairs = on_fresh_thread(lambda: list(warmup_requests(self)))
         for request, voice in pairs:
             for _ in self.synthesize(request, voice):
                 pass
-        fill = getattr(self.model, "fill_speaker_prefixes", None)
-        if fill is not None:  # the named speakers' prompt prefixes, so no first request computes one
-            on_fresh_thread(fill)
+        # the named speakers' prompt prefixes, so no first request computes one
+        on_fresh_thread(self.model.fill_speaker_prefixes)
         if self.config.decode_thread == "auto":
             self.calibrate_decode_thread(sample=pairs[0])
         self.warmup_ms = (time.perf_counter() - t0) * 1000
@@ -385,9 +393,8 @@ class Engine:
         max_frames = req.max_frames or max_frames_for_text(req.text, self.config.max_frames_cap)
         gen = self.model.new_generator(prompt, req.sampling, max_frames)
         decoder = self.model.new_decoder(stream.voice)
-        seed = getattr(gen, "seed", None)
-        if seed is not None:
-            timing.extra["seed"] = int(seed)
+        if gen.seed is not None:
+            timing.extra["seed"] = int(gen.seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
         act = Active(stream, gen, decoder, max_frames, target=first, first=first)
         if prefill:
@@ -398,12 +405,11 @@ class Engine:
     def _prefilled(self, act: Active) -> None:
         """Record a completed prefill in the request's timing."""
         t, gen = act.stream.timing, act.generator
-        t.prefill_ms = float(getattr(gen, "prefill_s", 0.0)) * 1000
+        t.prefill_ms = gen.prefill_s * 1000
         t.prefill_parts = max(1, t.prefill_parts)
-        cacheable = getattr(getattr(gen, "prompt", None), "prefix_key", None) is not None
-        if cacheable and getattr(self.model, "prefix_cache_enabled", False):
-            t.prefix_cache_hit = bool(gen.prefix_hit)
-            t.prefix_positions = int(gen.prefix_positions)
+        prefix = gen.prefix_report()
+        if prefix is not None:
+            t.prefix_cache_hit, t.prefix_positions = prefix
 
     def _prefill_part(self) -> None:
         """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes)."""
@@ -452,11 +458,8 @@ class Engine:
         for act, codes in zip(acts, frames, strict=True):
             self._advance(act, codes)
 
-    def _step(self, generators: list[Any]) -> list[torch.Tensor | None]:
-        step_many = getattr(self.model, "step_many", None)
-        if step_many is None:
-            return [g.step() for g in generators]
-        return list(step_many(generators))
+    def _step(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
+        return list(self.model.step_many(generators))
 
     def _advance(self, act: Active, codes: torch.Tensor | None) -> None:
         try:

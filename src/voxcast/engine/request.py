@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat, check_format_rate
 from voxcast.errors import InvalidRequest
+from voxcast.models.base import SamplingParams
 
 __all__ = ["MAX_TEXT_CHARS", "SamplingParams", "SynthesisRequest", "parse_request"]
 
@@ -25,19 +26,6 @@ MAX_TEXT_CHARS = 5000
 
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
-
-
-class SamplingParams(BaseModel):
-    """Sampling for the talker and the code predictor (official defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    temperature: float = Field(0.9, gt=0.0, le=2.0)
-    top_k: int = Field(50, ge=0, le=4096, description="0 disables top-k")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    repetition_penalty: float = Field(1.05, ge=1.0, le=2.0)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="fixed seed: reproducible output")
-    greedy: bool = Field(False, description="argmax decoding (ignores temperature/top-k/top-p)")
 
 
 class SynthesisRequest(BaseModel):

@@ -39,21 +39,9 @@ def warmup_requests(engine: Engine) -> Iterator[tuple[SynthesisRequest, Any]]:
     frames = ramp_frames(cfg.first_chunk_frames, cfg.chunk_frames)  # every chunk size the ramp uses
     base: dict[str, Any] = {"text": WARMUP_TEXT, "max_frames": frames, "request_id": "warmup"}
     variants: list[dict[str, Any]] = [{"greedy": True}, {"seed": 0}]
-    model = engine.model
-    if engine.model_type == "custom_voice":
-        base["voice"] = model.speakers[0]
-    elif engine.model_type == "voice_design":
-        base["instruct"] = "A calm, clear voice."
-    if engine.model_type != "base":
-        for v in variants:
-            yield SynthesisRequest.model_validate({**base, **v}), None
-        return
-    audio = _reference_audio(engine.sample_rate)
-    icl = model.make_voice_prompt(audio, engine.sample_rate, ref_text=REFERENCE_TEXT, x_vector_only=False)
-    xvec = model.make_voice_prompt(audio, engine.sample_rate, ref_text=None, x_vector_only=True)
-    for v in variants:
-        yield SynthesisRequest.model_validate({**base, **v}), icl
-    yield SynthesisRequest.model_validate({**base, "greedy": True}), xvec
+    for case in engine.model.warmup_cases(_reference_audio(engine.sample_rate), REFERENCE_TEXT):
+        for v in variants if case.sampled else variants[:1]:
+            yield SynthesisRequest.model_validate({**base, **case.fields, **v}), case.voice
 
 
 def calibration_requests(

@@ -105,13 +105,18 @@ class FrameGenerator(Protocol):
         seed: the seed of this stream's random generator.
         finish_reason: None while running, then "eos" or "max_frames".
         prefill_s: wall time of the prefill (seconds).
-        stage_s: cumulative wall time per model stage (e.g. {"talker": .., "code_predictor": ..}).
+        stage_ms(): cumulative wall time per model stage (e.g. {"talker_ms": .., "code_predictor_ms": ..}).
         prefix_hit / prefix_positions: the prefix cache's answer (None when not applicable).
     """
 
-    seed: int | None
-    finish_reason: str | None
-    prefill_s: float
+    @property
+    def seed(self) -> int | None: ...
+
+    @property
+    def finish_reason(self) -> str | None: ...
+
+    @property
+    def prefill_s(self) -> float: ...
 
     def prefill(self) -> None: ...
 
@@ -142,10 +147,17 @@ class TTSModel(Protocol):
         clones_voices: whether voices can be built from reference audio.
     """
 
-    model_type: str
-    identity: str
-    sample_rate: int
-    samples_per_frame: int
+    @property
+    def model_type(self) -> str: ...
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @property
+    def samples_per_frame(self) -> int: ...
 
     @property
     def speakers(self) -> Sequence[str]: ...

@@ -45,7 +45,7 @@ SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
 TINY_EOS_SCALE = 0.25
 
 #: Where the published configs and tokenizer live (``$VOXCAST_QWEN3_REFERENCE`` overrides).
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[5] / "shared" / "qwen3-tts-reference"
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "qwen3-tts-reference"
 
 _DIR_KIND = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 

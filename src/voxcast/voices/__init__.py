@@ -1,6 +1,6 @@
 """Voice registry: reference audio -> content-hashed voice id -> persisted, LRU-cached voice prompt."""
 
-from voxcast.voices.lru import ByteLRU
+from voxcast.lru import ByteLRU
 from voxcast.voices.registry import (
     DEFAULT_CACHE_BYTES,
     Registration,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
+from voxcast.lru import ByteLRU
 from voxcast.storage.base import BlobNotFound, BlobStore
 from voxcast.storage.keys import (
     VOICE_SCHEMA,
@@ -31,7 +32,6 @@ from voxcast.storage.keys import (
     voice_keys,
     voice_prefix,
 )
-from voxcast.voices.lru import ByteLRU
 from voxcast.voices.writer import BackgroundWriter
 
 __all__ = ["DEFAULT_CACHE_BYTES", "Registration", "SerializableVoicePrompt", "VoiceInfo", "VoiceRegistry"]

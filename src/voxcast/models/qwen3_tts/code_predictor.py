@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from voxcast.kernels.rows_linear import Linear
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
-from voxcast.models.qwen3_tts.rows_linear import Linear
 from voxcast.models.qwen3_tts.talker import RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.cp_trace import TracedSteps
-    from voxcast.models.qwen3_tts.graphs import StaticDecode
+    from voxcast.models.qwen3_tts.accel.cp_trace import TracedSteps
+    from voxcast.models.qwen3_tts.accel.graphs import StaticDecode
 
 __all__ = ["CodePredictor", "Picker"]
 
@@ -64,8 +64,8 @@ class CodePredictor(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
         self._caches: dict[int, list[KVCache]] = {}  # shared per-frame caches by batch size
-        self.static: StaticDecode | None = None  # compiled steps (Talker.use_static_decode)
-        self.traced: TracedSteps | None = None  # recorded steps (use_traced_steps)
+        self.static: StaticDecode | None = None  # compiled steps (graphs.use_static_decode)
+        self.traced: TracedSteps | None = None  # recorded steps (cp_trace.use_traced_steps)
 
     @property
     def num_codes(self) -> int:
@@ -101,12 +101,6 @@ class CodePredictor(nn.Module):
             cos, sin = rope_cos_sin(self.inv_freq, positions, dtype)
             hit = self._rope_tables[key] = (cos.unsqueeze(1), sin.unsqueeze(1))  # [1, 1, L, D]
         return hit
-
-    def use_traced_steps(self, enabled: bool = True) -> None:
-        """Replay the intra-frame forwards from recordings (:mod:`.cp_trace`; bitwise the same outputs)."""
-        from voxcast.models.qwen3_tts.cp_trace import TracedSteps
-
-        self.traced = TracedSteps(self) if enabled else None
 
     def shared_cache(self, batch: int) -> list[KVCache]:
         """A per-frame cache for ``batch`` rows, allocated once per batch size and reused.

@@ -30,6 +30,8 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from voxcast.kernels.rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags
+
 from .codec_layers import (
     Attention,
     CausalConv,
@@ -42,7 +44,6 @@ from .codec_layers import (
     _State,
 )
 from .codec_quantizer import SplitQuantizer
-from .rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags
 
 __all__ = [
     "SAMPLES_PER_FRAME",

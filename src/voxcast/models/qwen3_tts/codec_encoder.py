@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import MimiConfig, MimiModel
 
-from .seanet_gemm import GemmSeanet, supports
+from voxcast.kernels.seanet_gemm import GemmSeanet, supports
 
 __all__ = [
     "CodecEncoder",
@@ -84,7 +84,7 @@ class CodecEncoder:
         """Run the convolution stack's ELUs on voxcast's C++ operation (:mod:`.seanet_gemm`; not
         bitwise PyTorch's); returns whether they do (only with the GEMM stack, where the library
         loads)."""
-        from . import int8_kernel
+        from voxcast.kernels import native as int8_kernel
 
         seanet = self.mimi.encoder
         if not isinstance(seanet, GemmSeanet):

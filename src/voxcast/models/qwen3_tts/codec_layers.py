@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .rows_linear import onednn_gemm, onednn_linear
+from voxcast.kernels.rows_linear import onednn_gemm, onednn_linear
 
 _T = TypeVar("_T")
 

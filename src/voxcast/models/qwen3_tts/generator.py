@@ -95,6 +95,16 @@ class FrameGenerator:
         """Whether the prefill is complete (the first frame's code 0 is drawn)."""
         return self._code0 is not None
 
+    def stage_ms(self) -> dict[str, float]:
+        """Cumulative wall time of the talker and the code predictor (the engine's timing record)."""
+        return {"talker_ms": self.talker_s * 1000, "code_predictor_ms": self.code_predictor_s * 1000}
+
+    def prefix_report(self) -> tuple[bool, int] | None:
+        """(prefix cache hit, positions skipped), or None when the prefix cache does not apply."""
+        if self._prefix_cache is None or self.prompt.prefix_key is None:
+            return None
+        return self.prefix_hit, self.prefix_positions
+
     def prefill(self) -> None:
         """Run the prompt through the talker and draw the first frame's code 0.
 

@@ -26,8 +26,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from voxcast.engine.request import SamplingParams
 from voxcast.errors import InvalidRequest
+from voxcast.kernels.rows_linear import (
+    onednn_available,
+    onednn_rows_faster,
+    split_rows_faster,
+    use_onednn_rows,
+    use_split_rows,
+)
+from voxcast.models.base import SamplingParams, WarmupCase
+from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
+from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
+from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
 from voxcast.models.qwen3_tts.checkpoint import (
     Qwen3TTSNet,
     checkpoint_identity,
@@ -40,13 +50,6 @@ from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
-from voxcast.models.qwen3_tts.rows_linear import (
-    onednn_available,
-    onednn_rows_faster,
-    split_rows_faster,
-    use_onednn_rows,
-    use_split_rows,
-)
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.talker import MLP
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
@@ -116,7 +119,7 @@ class Qwen3TTS:
         self.talker = net.talker
         self.quant = quant
         if quant == "int8":
-            from voxcast.models.qwen3_tts.quant import quantize_int8
+            from voxcast.models.qwen3_tts.accel.quant import quantize_int8
 
             quantize_int8(self.talker)
         elif quant == "none":
@@ -143,17 +146,17 @@ class Qwen3TTS:
         #: was checked, timed and chosen (None: not a float32 CPU model).
         self.f32_rows: dict[str, object] | None = None
         if fp32_cpu:
-            from voxcast.models.qwen3_tts import f32_rows as f32_rows_kernel
+            from voxcast.models.qwen3_tts.accel import f32_rows as f32_rows_kernel
 
             cp_layers = self.talker.code_predictor.model.layers
             self.f32_rows = f32_rows_kernel.choose(
                 self.talker, cp_layers, f32_rows, self.row_parts, self.onednn_rows
             )
         if compile:
-            self.talker.use_static_decode()  # compiled on first use (the engine's warm-up)
+            use_static_decode(self.talker)  # compiled on first use (the engine's warm-up)
         elif trace_steps:  # recorded by prepare_batches or on first use
-            self.talker.code_predictor.use_traced_steps()
-            self.talker.use_traced_step()
+            use_traced_steps(self.talker.code_predictor)
+            use_traced_step(self.talker)
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
@@ -183,8 +186,8 @@ class Qwen3TTS:
 
     def _choose_int8_kernel(self, wanted: bool | None, variant: str | None) -> bool:
         """Whether int8 decode rows run on voxcast's kernel; None = where it builds and measures faster."""
-        from voxcast.models.qwen3_tts import int8_kernel
-        from voxcast.models.qwen3_tts.quant import int8_kernel_faster, use_int8_kernel
+        from voxcast.kernels import native as int8_kernel
+        from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster, use_int8_kernel
 
         if wanted is False or not int8_kernel.load():
             return False
@@ -205,7 +208,7 @@ class Qwen3TTS:
         weights (float32 weights keep PyTorch's, bitwise the official implementation's), where the
         library builds. Never with ``compile``: the compiled steps fuse their element-wise work
         themselves and cannot trace into these operations."""
-        from voxcast.models.qwen3_tts import decode_ops
+        from voxcast.models.qwen3_tts.accel import decode_ops
 
         if wanted is False or (wanted is None and quant != "int8"):
             return False
@@ -360,7 +363,7 @@ class Qwen3TTS:
         """
         if self.model_type != "base" or self.net.speaker_encoder is None or self.codec_encoder is None:
             raise InvalidRequest(f"a {self.model_type} model cannot clone voices", field="ref_audio")
-        from voxcast.models.qwen3_tts.reference_audio import prepare_reference_audio
+        from voxcast.audio.reference import prepare_reference_audio
         from voxcast.models.qwen3_tts.voice_prompt import build_voice_prompt
 
         wav = prepare_reference_audio(audio, sample_rate)
@@ -376,6 +379,52 @@ class Qwen3TTS:
 
     def _ref_text_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(_ref_template(text))[3:-2]
+
+    @property
+    def clones_voices(self) -> bool:
+        """Whether voices can be built from reference audio (Base models)."""
+        return self.model_type == "base" and self.codec_encoder is not None
+
+    def make_voice(
+        self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool
+    ) -> VoicePrompt:
+        """The model protocol's voice builder: :meth:`make_voice_prompt`."""
+        return self.make_voice_prompt(audio, sample_rate, ref_text, x_vector_only)
+
+    def voice_from_bytes(self, data: bytes) -> VoicePrompt:
+        """A stored voice (:meth:`VoicePrompt.to_bytes`), checked to be this model's."""
+        from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
+
+        return VoicePrompt.from_bytes(data, expected_identity=self.identity)
+
+    def warmup_cases(self, reference: np.ndarray, reference_text: str) -> list[WarmupCase]:
+        """The voice modes of this checkpoint: a named speaker, a described voice, or cloned voices
+        (ICL, and x-vector only, greedy) built from ``reference`` (24 kHz)."""
+        if self.model_type == "custom_voice":
+            return [WarmupCase({"voice": self.speakers[0]})]
+        if self.model_type == "voice_design":
+            return [WarmupCase({"instruct": "A calm, clear voice."})]
+        sr = self.sample_rate
+        icl = self.make_voice_prompt(reference, sr, ref_text=reference_text, x_vector_only=False)
+        xvec = self.make_voice_prompt(reference, sr, ref_text=None, x_vector_only=True)
+        return [WarmupCase({}, icl), WarmupCase({}, xvec, sampled=False)]
+
+    def runtime_report(self) -> dict[str, object]:
+        """The kernel choices made at load and the measurements behind them (JSON-able)."""
+        return {
+            "device": str(self.device),
+            "quant": self.quant,
+            "int8_kernel": self.int8_kernel,
+            "int8_kernel_variant": self.int8_variant,
+            "int8_kernel_timing": self.int8_kernel_timing,
+            "fused_ops": self.fused_ops,
+            "onednn_rows": self.onednn_rows,
+            "rows_kernel": self.rows_kernel,
+            "row_parts": self.row_parts,
+            "row_kernel": self.row_kernel,
+            "f32_rows": self.f32_rows,
+            "codec_small_gemm": self.codec_decoder.small_gemm,
+        }
 
     def build_prompt(
         self,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from voxcast.lru import ByteLRU
 from voxcast.models.qwen3_tts.kv_cache import KVCache
-from voxcast.voices.lru import ByteLRU
 
 __all__ = ["PREFIX_KV_BYTES", "PrefixKVCache"]
 

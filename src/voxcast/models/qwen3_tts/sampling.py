@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from voxcast.engine.request import SamplingParams
+from voxcast.models.base import SamplingParams
 
 __all__ = [
     "MIN_NEW_TOKENS",

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from voxcast.kernels.rows_linear import set_flags
+
 from .config import SpeakerEncoderConfig
 from .mel import MelConfig, log_mel_spectrogram
-from .rows_linear import set_flags
 
 __all__ = [
     "SpeakerEncoder",

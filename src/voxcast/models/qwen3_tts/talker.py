@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voxcast.kernels.rows_linear import Linear, rows_linear
 from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
-from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear, set_flags
 
 if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.accel.graphs import StaticDecode
+    from voxcast.models.qwen3_tts.accel.talker_trace import TracedTalkerStep
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
-    from voxcast.models.qwen3_tts.graphs import StaticDecode
-    from voxcast.models.qwen3_tts.talker_trace import TracedTalkerStep
 
 __all__ = [
     "Attention",
@@ -379,10 +379,10 @@ class Talker(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._section = cfg.mrope_section if cfg.mrope_interleaved else None
         self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
-        #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :meth:`use_static_decode`.
+        #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :func:`.graphs.use_static_decode`.
         self.static: StaticDecode | None = None
         #: The recorded decode steps, one row and batched rows (VOXCAST_TRACE_STEPS), set by
-        #: :meth:`use_traced_step`.
+        #: :func:`.talker_trace.use_traced_step`.
         self.traced: TracedTalkerStep | None = None
 
     def text_embed(self, ids: Tensor) -> Tensor:
@@ -402,9 +402,7 @@ class Talker(nn.Module):
         """
         c = self.cfg
         if self.static is not None:
-            from voxcast.models.qwen3_tts.graphs import bucket
-
-            max_len, reserve = bucket(max_len), None
+            max_len, reserve = self.static.cache_length(max_len), None
         w = self.codec_head.weight
         return [
             KVCache(
@@ -458,13 +456,6 @@ class Talker(nn.Module):
         cos, sin = self._rope(start + n, like)
         return cos[start : start + n][None, None], sin[start : start + n][None, None]
 
-    def use_traced_step(self, enabled: bool = True) -> None:
-        """Replay the decode step (one row and batched rows) from recordings (:mod:`.talker_trace`;
-        bitwise the same as the eager step at the same batch size)."""
-        from voxcast.models.qwen3_tts.talker_trace import TracedTalkerStep
-
-        self.traced = TracedTalkerStep(self) if enabled else None
-
     def forward_rows(
         self, embeds: Tensor, caches: list[list[KVCache]], starts: list[int]
     ) -> tuple[Tensor, Tensor]:
@@ -516,17 +507,6 @@ class Talker(nn.Module):
             cos, sin = rope_cos_sin(self.inv_freq, positions, like.dtype, self._section)
             t = self._rope_table = (cos[0], sin[0])
         return t
-
-    def use_static_decode(self, *, backend: str = "inductor", cuda_graphs: bool | None = None) -> None:
-        """Run single-stream talker steps and code-predictor steps through compiled static-shape
-        graphs (:mod:`.graphs`; CUDA graphs for the code predictor on CUDA). Not bit-exact."""
-        from voxcast.models.qwen3_tts.graphs import static_decode_for
-
-        # voxcast's float32 row kernels (.f32_rows) have no compiled form: PyTorch's kernels again
-        set_flags(self, "f32_rows", False)
-        set_flags(self, "row_packed", None)
-        self.static = static_decode_for(self, backend=backend, cuda_graphs=cuda_graphs)
-        self.code_predictor.static = self.static
 
     def fuse(self) -> None:
         """Fuse the projections of every transformer block (talker and code predictor)."""

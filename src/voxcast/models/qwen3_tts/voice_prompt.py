@@ -25,9 +25,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from voxcast.audio.reference import load_reference_audio
 from voxcast.errors import InvalidRequest
 
-from .reference_audio import load_reference_audio
 from .speaker_encoder import SpeakerEncoder, extract_xvector
 
 if TYPE_CHECKING:  # the encoder module imports transformers (Mimi): only Base models need it

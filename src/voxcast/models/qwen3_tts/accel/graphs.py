@@ -26,11 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voxcast.kernels.rows_linear import set_flags
+
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.kv_cache import KVCache
     from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
 
-__all__ = ["StaticDecode", "bucket"]
+__all__ = ["StaticDecode", "bucket", "static_decode_for", "use_static_decode"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +129,10 @@ class StaticDecode:
         self._positions = torch.arange(bucket(1) * 64, device=device)  # grows on demand
         logger.info("compiled static decode steps (backend=%s, cuda_graphs=%s)", backend, cuda_graphs)
 
+    def cache_length(self, length: int) -> int:
+        """The talker cache length compiled steps use for ``length`` positions (:func:`bucket`)."""
+        return bucket(length)
+
     # ------------------------------------------------------------------ code predictor
 
     def _cp_forward(
@@ -207,3 +213,13 @@ def static_decode_for(talker: Talker, **kwargs: Any) -> StaticDecode:
     if any(getattr(layer.self_attn, "qkv_int8", None) is not None for layer in talker.model.layers):
         raise ValueError("compile works on float weights; it cannot be combined with quant=int8")
     return StaticDecode(talker, **kwargs)
+
+
+def use_static_decode(talker: Talker, *, backend: str = "inductor", cuda_graphs: bool | None = None) -> None:
+    """Run ``talker``'s single-stream steps and its code predictor's steps through compiled
+    static-shape graphs (CUDA graphs for the code predictor on CUDA). Not bit-exact."""
+    # voxcast's float32 row kernels (.f32_rows) have no compiled form: PyTorch's kernels again
+    set_flags(talker, "f32_rows", False)
+    set_flags(talker, "row_packed", None)
+    talker.static = static_decode_for(talker, backend=backend, cuda_graphs=cuda_graphs)
+    talker.code_predictor.static = talker.static

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from voxcast.models.qwen3_tts import int8_kernel
+from voxcast.kernels import native as int8_kernel
 from voxcast.models.qwen3_tts.talker import Attention, RMSNorm
 
 __all__ = ["available", "use_fused_ops"]

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from voxcast.models.qwen3_tts.cp_trace import bucket
+from voxcast.models.qwen3_tts.accel.cp_trace import bucket
 from voxcast.models.qwen3_tts.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.talker import Talker
 
-__all__ = ["TracedTalkerStep"]
+__all__ = ["TracedTalkerStep", "use_traced_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +197,9 @@ class TracedTalkerStep:
             starts = starts + [0] * fill
         hidden, logits = self._rows[size](*self._row_inputs(embeds, caches, starts))
         return (hidden[:batch], logits[:batch]) if fill else (hidden, logits)
+
+
+def use_traced_step(talker: Talker, enabled: bool = True) -> None:
+    """Replay ``talker``'s decode step (one row and batched rows) from recordings (bitwise the same as
+    the eager step at the same batch size); ``enabled=False`` goes back to the eager step."""
+    talker.traced = TracedTalkerStep(talker) if enabled else None

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxcast.models.qwen3_tts import int8_kernel
-from voxcast.models.qwen3_tts.rows_linear import Linear, rows_linear, time_both
+from voxcast.kernels import native as int8_kernel
+from voxcast.kernels.rows_linear import Linear, rows_linear, time_both
 from voxcast.models.qwen3_tts.talker import MLP, Attention
 
 __all__ = ["Packed", "available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]

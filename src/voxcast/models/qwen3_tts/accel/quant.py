@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.nn.quantized.modules.utils import _quantize_weight
 
-from voxcast.models.qwen3_tts import int8_kernel
-from voxcast.models.qwen3_tts.rows_linear import set_flags, time_both
+from voxcast.kernels import native as int8_kernel
+from voxcast.kernels.rows_linear import set_flags, time_both
 from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
 
 __all__ = [

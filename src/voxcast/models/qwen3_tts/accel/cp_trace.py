@@ -35,7 +35,7 @@ from voxcast.models.qwen3_tts.kv_cache import KVCache
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 
-__all__ = ["TracedSteps", "bucket"]
+__all__ = ["TracedSteps", "bucket", "use_traced_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,3 +134,9 @@ class TracedSteps:
 def bucket(batch: int) -> int:
     """The recorded batch size serving ``batch`` rows: the next power of two."""
     return 1 << max(0, batch - 1).bit_length()
+
+
+def use_traced_steps(predictor: CodePredictor, enabled: bool = True) -> None:
+    """Replay ``predictor``'s intra-frame forwards from recordings (bitwise the same outputs);
+    ``enabled=False`` goes back to the eager forwards."""
+    predictor.traced = TracedSteps(predictor) if enabled else None
