@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-from tests.fakes_runpod_control_plane import FakeControlPlane, running_worker  # noqa: E402
+from tests.fixtures.runpod_control_plane import FakeControlPlane, running_worker  # noqa: E402
 
 
 def _pct(xs: list[float], q: float) -> float:

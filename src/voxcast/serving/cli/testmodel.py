@@ -16,7 +16,7 @@ from typing import Any
 __all__ = ["KINDS", "SIZES", "add_parser", "add_parsers", "run"]
 
 # Spelled out here so that building the parser imports no torch (``voxcast --help`` stays fast);
-# tests/test_model_cli.py checks they equal voxcast.testing.qwen3_tts's.
+# tests/integration/test_model_cli.py checks they equal voxcast.testing.qwen3_tts's.
 KINDS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
 

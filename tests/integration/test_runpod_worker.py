@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.fakes_runpod_control_plane import (
+from tests.fixtures.procs import free_port
+from tests.fixtures.runpod_control_plane import (
     REPO_ROOT,
     FakeControlPlane,
     WorkerProcess,
     running_worker,
     start_worker,
 )
-from tests.fixtures.procs import free_port
 
 pytest.importorskip("runpod")
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
+from tests.model.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.rows_linear import (
     Linear,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes_runpod_control_plane import FakeControlPlane, WorkerProcess, running_worker
+from tests.fixtures.runpod_control_plane import FakeControlPlane, WorkerProcess, running_worker
 
 pytest.importorskip("runpod")
 

@@ -12,7 +12,7 @@ import pytest
 
 from voxcast.engine.request import parse_request
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 

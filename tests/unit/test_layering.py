@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "voxcast"
+SRC = Path(__file__).resolve().parents[2] / "src" / "voxcast"
 FORBIDDEN = ("runpod", "rq", "boto3", "botocore", "redis")
 
 #: Packages (under voxcast.) a model may import.

@@ -32,7 +32,7 @@ from voxcast.serving.rq.jobs import SYNTHESIZE
 from voxcast.serving.rq.stream import EntryType, read_all, stream_key
 from voxcast.storage.local import LocalBlobStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUEUE = "vx-rel"
 CFG = QueueConfig(queues=(QUEUE,), retries=0)
 LONG = {"text": "This sentence is long enough to keep the tiny model busy for a while.", "voice": "vivian"}

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.test_model_batching import _sequential, batched_codes
-from tests.test_model_rows_linear import _gens
+from tests.kernels.test_model_rows_linear import _gens
+from tests.model.test_model_batching import _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.accel import f32_rows
 from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
