@@ -1,6 +1,6 @@
 """voxcast's own int8 Linear for decode rows (C++): built on first use, then loaded from a cache.
 
-PyTorch's int8 Linear (fbgemm, :mod:`.quant`) quantizes the activations per call and runs a GEMM
+PyTorch's int8 Linear (fbgemm, :mod:`voxcast.models.qwen3_tts.accel.quant`) quantizes the activations per call and runs a GEMM
 kernel; for the one or two rows of a decode step it reads weights well below memory bandwidth
 (measured on an AMD Zen 3, 2 cores, 40 decode-sized matrices from DRAM: 13-18 GB/s, where a plain
 read runs at 23). This kernel (``int8_kernel.cpp``) streams a packed weight layout and comes in two
@@ -54,11 +54,11 @@ logger = logging.getLogger(__name__)
 
 #: The C++ source.
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
-#: Built into the same library: fused element-wise steps of a decode layer (:mod:`.decode_ops`).
+#: Built into the same library: fused element-wise steps of a decode layer (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`).
 DECODE_OPS_SOURCE = Path(__file__).with_name("decode_ops.cpp")
-#: And the codec encoder's element-wise steps (:mod:`.seanet_gemm`).
+#: And the codec encoder's element-wise steps (:mod:`voxcast.kernels.seanet_gemm`).
 ENCODER_OPS_SOURCE = Path(__file__).with_name("encoder_ops.cpp")
-#: And float32 decode rows in the BLAS's own order (:mod:`.f32_rows`).
+#: And float32 decode rows in the BLAS's own order (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
 F32_ROWS_SOURCE = Path(__file__).with_name("f32_rows.cpp")
 _SOURCES = (SOURCE, DECODE_OPS_SOURCE, ENCODER_OPS_SOURCE, F32_ROWS_SOURCE)
 #: Included by the sources (part of what names a build).

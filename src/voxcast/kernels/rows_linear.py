@@ -76,7 +76,7 @@ def rows_linear(
 
     One row, up to :data:`F32_ROWS_MAX` one-position rows (a batched step's streams) or as many
     pairs of positions (:func:`_kernel_columns`) run on voxcast's float32 row kernels
-    (:mod:`.f32_rows`) through ``packed`` where given, else through the weight with ``f32_rows``:
+    (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`) through ``packed`` where given, else through the weight with ``f32_rows``:
     each stream's rows get the bits ``F.linear`` gives them alone (where the model checked that at
     load). Otherwise, with ``onednn`` a batch of rows (``x.shape[0] > 1``) runs on
     oneDNN (equal to one row's to float rounding); with ``parts > 1``, one to three rows of a float32
@@ -168,13 +168,13 @@ class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state-dict keys) with this module's kernel flags.
 
     ``onednn_rows`` (:func:`use_onednn_rows`), ``row_parts`` (:func:`use_split_rows`), and
-    ``f32_rows`` / ``row_packed`` (:mod:`.f32_rows`).
+    ``f32_rows`` / ``row_packed`` (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
     """
 
     onednn_rows = False
     row_parts = 1
     f32_rows = False
-    row_packed: tuple[Tensor, int] | None = None  # (:class:`.f32_rows.Packed`)
+    row_packed: tuple[Tensor, int] | None = None  # (:class:`voxcast.models.qwen3_tts.accel.f32_rows.Packed`)
 
     def forward(self, x: Tensor) -> Tensor:
         return rows_linear(

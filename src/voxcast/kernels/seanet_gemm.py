@@ -178,7 +178,7 @@ class GemmSeanet(nn.Module):
 
     def __init__(self, encoder: MimiEncoder):
         super().__init__()
-        #: ELU on voxcast's C++ operation (float32 on the CPU; needs :func:`.int8_kernel.load`).
+        #: ELU on voxcast's C++ operation (float32 on the CPU; needs :func:`voxcast.kernels.native.load`).
         self.fast_elu = False
         if not supports(encoder):
             raise ValueError("this Mimi encoder has layers GemmSeanet does not compute")

@@ -1,15 +1,16 @@
 """Qwen3-TTS-12Hz, written for streaming (no dependency on the official ``qwen-tts`` package).
 
-Public surface (used by :mod:`voxcast.engine`):
+The engine reaches it only through :mod:`voxcast.models.base` (``family.load`` is registered in
+:mod:`voxcast.models.registry`). The package reads like the reference model:
 
-- :class:`Qwen3TTS` (``model.py``): ``Qwen3TTS.from_pretrained(dir_or_hub_id, device=, dtype=)``;
-  attributes ``model_type`` ("base" | "custom_voice" | "voice_design"), ``identity`` (stable string
-  naming the checkpoint, for cache keys), ``speakers``, ``languages``, ``sample_rate`` (24000),
-  ``samples_per_frame`` (1920); methods ``make_voice_prompt``, ``build_prompt``, ``new_generator``,
-  ``new_decoder``.
-- :class:`VoicePrompt` (``voice_prompt.py``): per-voice constant data, safetensors + JSON.
-- ``FrameGenerator`` (``generator.py``): ``prefill()``, then ``step()`` -> codes of one frame
-  (LongTensor [16]) or ``None`` at the end; ``finish_reason`` is "eos" or "max_frames".
-- ``StreamingDecoder`` (``codec_decoder.py``): ``decode(codes [T, 16]) -> float32 [T * 1920]``,
-  exact against a one-pass decode for any chunk schedule.
+- ``config.py``, ``checkpoint.py``, ``tokenizer.py``: the checkpoint in the official layout;
+- ``prompt.py``, ``sampling.py``: prompt layouts and the official sampling order;
+- ``talker.py``, ``code_predictor.py``, ``kv_cache.py``, ``prefix_cache.py``, ``generator.py``: the
+  frame loop (``FrameGenerator``: ``prefill()``, then ``step()`` -> codes [16] or None);
+- ``codec_*.py``: the speech tokenizer (encoder for references; a stateful streaming decoder whose
+  chunks equal a one-pass decode for any chunk schedule);
+- ``speaker_encoder.py``, ``mel.py``, ``voice_prompt.py``: cloned voices (safetensors + JSON);
+- ``model.py`` (:class:`~voxcast.models.qwen3_tts.model.Qwen3TTS`): the facade the engine drives.
+
+Speed-ups applied to a loaded model live apart in :mod:`voxcast.models.qwen3_tts.accel`.
 """

@@ -81,7 +81,7 @@ class CodecEncoder:
         return next(self.mimi.parameters()).device
 
     def use_fast_elu(self, on: bool) -> bool:
-        """Run the convolution stack's ELUs on voxcast's C++ operation (:mod:`.seanet_gemm`; not
+        """Run the convolution stack's ELUs on voxcast's C++ operation (:mod:`voxcast.kernels.seanet_gemm`; not
         bitwise PyTorch's); returns whether they do (only with the GEMM stack, where the library
         loads)."""
         from voxcast.kernels import native as int8_kernel

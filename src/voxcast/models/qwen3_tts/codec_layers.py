@@ -116,7 +116,7 @@ def _gemm(w: Tensor, b: Tensor | None, x: Tensor, onednn_small: bool = False) ->
     """``w @ x + b[:, None]`` for w [Cout, K], x [B, K, T] -> [B, Cout, T] (one addmm when B == 1).
 
     With ``onednn_small``, a single GEMM with ``Cout`` or ``T`` at most :data:`SMALL_DIM` runs on
-    oneDNN (:func:`.rows_linear.onednn_gemm`).
+    oneDNN (:func:`voxcast.kernels.rows_linear.onednn_gemm`).
     """
     if x.shape[0] == 1:
         if onednn_small and min(w.shape[0], x.shape[2]) <= SMALL_DIM:

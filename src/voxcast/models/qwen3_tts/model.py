@@ -126,23 +126,23 @@ class Qwen3TTS:
             self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
         else:
             raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
-        #: int8 decode rows on voxcast's kernel (:mod:`.int8_kernel`): the load-time measurement
+        #: int8 decode rows on voxcast's kernel (:mod:`voxcast.kernels.native`): the load-time measurement
         #: (None: not measured), the choice, and the kernel's variant in use (None: fbgemm).
         self.int8_kernel_timing: dict[str, object] | None = None
         self.int8_variant: str | None = None
         self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
-        #: Norms, rotary embeddings and decode attention on voxcast's fused operations (:mod:`.decode_ops`).
+        #: Norms, rotary embeddings and decode attention on voxcast's fused operations (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`).
         self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype, compile)
         #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
         self.rows_kernel: dict[str, object] | None = None
         # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
         fp32_cpu = device.type == "cpu" and dtype == torch.float32 and quant == "none" and not compile
         self.onednn_rows = self._choose_rows_kernel(onednn_rows, fp32_cpu)
-        #: Decode rows in blocks of outputs (:func:`.rows_linear.split_linear`): the
+        #: Decode rows in blocks of outputs (:func:`voxcast.kernels.rows_linear.split_linear`): the
         #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
         self.row_kernel: dict[str, object] | None = None
         self.row_parts = self._choose_row_parts(row_parts, fp32_cpu)
-        #: One float32 decode row on voxcast's kernels in the BLAS's order (:mod:`.f32_rows`): what
+        #: One float32 decode row on voxcast's kernels in the BLAS's order (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`): what
         #: was checked, timed and chosen (None: not a float32 CPU model).
         self.f32_rows: dict[str, object] | None = None
         if fp32_cpu:
@@ -221,7 +221,7 @@ class Qwen3TTS:
         return decode_ops.use_fused_ops(self.talker, True) > 0
 
     def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
-        """Whether batched float32 CPU rows run on oneDNN (:mod:`.rows_linear`); None = measure it."""
+        """Whether batched float32 CPU rows run on oneDNN (:mod:`voxcast.kernels.rows_linear`); None = measure it."""
         if not fp32_cpu or not onednn_available():
             return False
         if onednn_rows is None:
@@ -231,7 +231,7 @@ class Qwen3TTS:
         return onednn_rows
 
     def _choose_row_parts(self, row_parts: int | None, fp32_cpu: bool) -> int:
-        """Blocks for float32 CPU decode rows (:mod:`.rows_linear`); None = the intra-op threads, if faster."""
+        """Blocks for float32 CPU decode rows (:mod:`voxcast.kernels.rows_linear`); None = the intra-op threads, if faster."""
         if not fp32_cpu:
             return 1
         if row_parts is None:
@@ -272,37 +272,37 @@ class Qwen3TTS:
             dtype: torch.float32 or torch.bfloat16 (weights and activations).
             local_files_only: never download (default: true when ``HF_HUB_OFFLINE=1``).
             quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU (faster,
-                not bit-exact; see :mod:`.quant`).
+                not bit-exact; see :mod:`voxcast.models.qwen3_tts.accel.quant`).
             prefix_cache: reuse each voice's constant prompt prefix as cached key/value states.
             compile: torch.compile the decode steps (CUDA graphs on CUDA); not bit-exact.
             codec_dtype: the audio decoder's dtype (default ``dtype``); bfloat16 decodes 2.3-2.7x
                 faster on a CPU with AMX, within ~1.6e-3 of float32 (not bit-exact).
             trace_steps: replay the code predictor's intra-frame forwards and the talker's decode
-                step (one row and batched rows) from recordings (:mod:`.cp_trace`,
-                :mod:`.talker_trace`; bitwise the same outputs, less Python per step).
+                step (one row and batched rows) from recordings (:mod:`voxcast.models.qwen3_tts.accel.cp_trace`,
+                :mod:`voxcast.models.qwen3_tts.accel.talker_trace`; bitwise the same outputs, less Python per step).
             onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
                 PyTorch's BLAS (False), or whichever measures faster at load (None;
-                :mod:`.rows_linear`). One row and prefills always use PyTorch's kernel.
+                :mod:`voxcast.kernels.rows_linear`). One row and prefills always use PyTorch's kernel.
             row_parts: float32 on the CPU: compute the Linears of one to three rows (a decode
                 step, the code predictor's first step) as this many blocks of outputs in one bmm
                 (bitwise the same values, one block per thread; 1 = plain ``F.linear``), or, with
                 None, as many blocks as intra-op threads where that measures faster at load
-                (:func:`.rows_linear.split_rows_faster`).
-            int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`.quant.KERNEL_ROWS`)
+                (:func:`voxcast.kernels.rows_linear.split_rows_faster`).
+            int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`voxcast.models.qwen3_tts.accel.quant.KERNEL_ROWS`)
                 on voxcast's kernel (True, where it builds), on fbgemm (False), or whichever
-                measures faster at load (None; :mod:`.int8_kernel`).
-            int8_variant: the kernel's variant (:data:`.int8_kernel.VARIANTS`; default: the fastest
+                measures faster at load (None; :mod:`voxcast.kernels.native`).
+            int8_variant: the kernel's variant (:data:`voxcast.kernels.native.VARIANTS`; default: the fastest
                 this CPU runs).
             fused_ops: float32 on the CPU: run RMSNorms, the q/k norm + rotary embedding and the
-                attention of decode steps as single C++ operations (:mod:`.decode_ops`; not
-                bit-exact), and the codec encoder's ELUs (:mod:`.seanet_gemm`) and the speaker
+                attention of decode steps as single C++ operations (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`; not
+                bit-exact), and the codec encoder's ELUs (:mod:`voxcast.kernels.seanet_gemm`) and the speaker
                 encoder's convolutions as matrix products too. None: with
                 ``quant="int8"`` only, where the library builds. Off with ``compile``.
             f32_rows: float32 on the CPU: run one-row products (decode steps) on voxcast's kernels,
                 which sum in the BLAS's own order at memory speed, the code predictor's layers
                 through packed copies of their weights (+~300 MB for its five layers); taken only
                 where every weight gives the BLAS's bits (checked at load). True: there; None:
-                where each also measures faster at load; False: never (:mod:`.f32_rows`).
+                where each also measures faster at load; False: never (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.

@@ -8,7 +8,7 @@ model cost. Later requests copy them into their fresh cache and prefill only the
 ``prefix_len``: equal to a one-pass prefill up to the dtype's rounding (~1e-7 relative in float32,
 where greedy codes stay equal; in bfloat16 the differences are large enough for greedy codes of
 the tiny random checkpoint to diverge after some frames: 2 of 3 texts). With int8
-weights (:mod:`.quant`, activations quantized per call over all of the call's rows) a hit differs
+weights (:mod:`voxcast.models.qwen3_tts.accel.quant`, activations quantized per call over all of the call's rows) a hit differs
 from a miss by int8 noise instead: on the tiny checkpoint the last-position logits of hit and miss
 were equally far from float32 (max abs 6-9e-2 each), but greedy codes then diverge from the miss's.
 

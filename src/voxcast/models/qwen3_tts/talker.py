@@ -379,10 +379,10 @@ class Talker(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._section = cfg.mrope_section if cfg.mrope_interleaved else None
         self._rope_table: tuple[Tensor, Tensor] | None = None  # cos/sin [P, D] for positions 0..P-1
-        #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :func:`.graphs.use_static_decode`.
+        #: Compiled static-shape decode steps (VOXCAST_COMPILE), set by :func:`voxcast.models.qwen3_tts.accel.graphs.use_static_decode`.
         self.static: StaticDecode | None = None
         #: The recorded decode steps, one row and batched rows (VOXCAST_TRACE_STEPS), set by
-        #: :func:`.talker_trace.use_traced_step`.
+        #: :func:`voxcast.models.qwen3_tts.accel.talker_trace.use_traced_step`.
         self.traced: TracedTalkerStep | None = None
 
     def text_embed(self, ids: Tensor) -> Tensor:
@@ -443,7 +443,7 @@ class Talker(nn.Module):
         """The decoder layers, final norm and ``codec_head`` for positions ``[start, start + L)``.
 
         ``cos``/``sin``: :meth:`rope_at`. ``start`` may be a 0-dim tensor while tracing
-        (:mod:`.talker_trace`). Returns ``(hidden [B, L, hidden], logits [B, L, vocab])``.
+        (:mod:`voxcast.models.qwen3_tts.accel.talker_trace`). Returns ``(hidden [B, L, hidden], logits [B, L, vocab])``.
         """
         h = embeds
         for layer, layer_cache in zip(self.model.layers, cache, strict=True):
@@ -482,7 +482,7 @@ class Talker(nn.Module):
         """The decoder layers, final norm and ``codec_head`` of :meth:`forward_rows`.
 
         ``cos``/``sin``: :meth:`rope_rows`. The ``starts`` may be 0-dim tensors while tracing
-        (:mod:`.talker_trace`).
+        (:mod:`voxcast.models.qwen3_tts.accel.talker_trace`).
         """
         h = embeds
         for i, layer in enumerate(self.model.layers):

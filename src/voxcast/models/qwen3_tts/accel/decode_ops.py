@@ -17,7 +17,7 @@ replace them:
 Sums are accumulated in another order than PyTorch's (the norms' sum of squares in double), so
 values differ from the eager operations in the last bits: they are on with int8 weights (not
 bit-exact anyway) and off for float32 weights, whose decode matches the official implementation
-bitwise. They are built into the int8 kernel's library (:func:`.int8_kernel.load`).
+bitwise. They are built into the int8 kernel's library (:func:`voxcast.kernels.native.load`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A float32 decode step multiplies one row by each weight. PyTorch hands that to its BLAS (MKL), whose
 one-column product runs one dependent chain of 4-wide adds per output on one thread: measured on an
-AMD Zen 5 (2 cores), ``F.linear`` read 22-23 GB/s, :func:`.rows_linear.split_linear` (blocks on both
+AMD Zen 5 (2 cores), ``F.linear`` read 22-23 GB/s, :func:`voxcast.kernels.rows_linear.split_linear` (blocks on both
 threads) 34-44, a plain read of the same memory 47-77 GB/s. ``f32_rows.cpp`` computes every output
 with exactly the BLAS's operations in the BLAS's order (its comment gives the order), several outputs
 side by side on each thread, so the values stay bitwise ``F.linear``'s, i.e. the official
@@ -14,7 +14,7 @@ implementation's, while the weights stream at the memory's speed:
 
 Both take up to 8 rows at once, each weight vector loaded once for all of them, every row getting the
 bits it would get alone; the model sends them a batched step's streams up to
-:data:`.rows_linear.F32_ROWS_MAX` (4), below which they measured faster than oneDNN.
+:data:`voxcast.kernels.rows_linear.F32_ROWS_MAX` (4), below which they measured faster than oneDNN.
 
 The order is the BLAS's on CPUs where it takes that path (it may take another elsewhere), so a model
 uses these only where :func:`matches_blas` found the same bits on every weight they would serve
@@ -155,7 +155,7 @@ def choose(
 
     Every Linear runs its one-row products on :func:`linear`; the code predictor's layers (15 steps a
     frame: most of a frame's weight reads) on :func:`packed_linear` through packed copies of their
-    weights; both also take the rows of a batched step (up to :data:`.rows_linear.F32_ROWS_MAX`
+    weights; both also take the rows of a batched step (up to :data:`voxcast.kernels.rows_linear.F32_ROWS_MAX`
     streams), each row getting the bits it gets alone. Both need :func:`matches_blas` on every weight
     they serve (all checked). With ``wanted`` None each is taken only where one and two rows measure
     at most :data:`_MARGIN` of the time of the paths they replace (``split_linear`` in ``parts``

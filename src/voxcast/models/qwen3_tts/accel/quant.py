@@ -10,7 +10,7 @@ its device/dtype; one matrix per frame) stay in float32, embeddings as loaded (f
 stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
 
 Decode rows (one stream's step, the code predictor's two-position first step) can run on voxcast's
-own kernel instead (:mod:`.int8_kernel`: the same int8 weights and scales, activations rounded far
+own kernel instead (:mod:`voxcast.kernels.native`: the same int8 weights and scales, activations rounded far
 less than fbgemm's 8 bits, read nearer memory bandwidth). Each quantized Linear is an
 :class:`Int8Linear` holding both; the model measures at load which is faster
 (:func:`int8_kernel_faster`) and sets :attr:`Int8Linear.kernel_rows`.
@@ -78,9 +78,9 @@ KERNEL_ROWS = 2
 class Int8Linear(nn.Module):
     """An int8 Linear: fbgemm's dynamically quantized one, and voxcast's kernel for a few rows.
 
-    :meth:`pack_kernel` lays the same int8 weights out for :mod:`.int8_kernel`; calls of at most
+    :meth:`pack_kernel` lays the same int8 weights out for :mod:`voxcast.kernels.native`; calls of at most
     :attr:`kernel_rows` rows then run there (0: never). The choice is made per call shape, so a
-    recorded step (:mod:`.cp_trace`, :mod:`.talker_trace`) keeps the kernel it was recorded with.
+    recorded step (:mod:`voxcast.models.qwen3_tts.accel.cp_trace`, :mod:`voxcast.models.qwen3_tts.accel.talker_trace`) keeps the kernel it was recorded with.
     """
 
     kernel_rows = 0
@@ -92,7 +92,7 @@ class Int8Linear(nn.Module):
         self.packed: Tensor | None = None
         self.scale: Tensor | None = None
         self.bias: Tensor | None = None
-        #: The kernel variant :attr:`packed` is laid out for (:data:`.int8_kernel.VARIANTS`).
+        #: The kernel variant :attr:`packed` is laid out for (:data:`voxcast.kernels.native.VARIANTS`).
         self.variant: str | None = None
 
     def pack_kernel(self, variant: str | None = None) -> bool:
@@ -159,7 +159,7 @@ def quantize_int8(talker: Talker) -> None:
 def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> int:
     """Pack (on) or drop (off) every :class:`Int8Linear`'s kernel weights and route up to
     :data:`KERNEL_ROWS` rows to the kernel; returns how many Linears use it. Needs
-    :func:`.int8_kernel.load` to have succeeded for ``on``; ``variant`` defaults to the CPU's fastest.
+    :func:`voxcast.kernels.native.load` to have succeeded for ``on``; ``variant`` defaults to the CPU's fastest.
     """
     n = 0
     for m in module.modules():

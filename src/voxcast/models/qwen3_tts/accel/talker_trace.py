@@ -2,7 +2,7 @@
 
 A decode step runs the talker's 28 layers for one new position; on a CPU with int8 weights about a
 third of its time was Python dispatching ~40 small operations per layer (0.6B int8, 2 cores: 37 ms
-per step eager, 25 ms replayed). Unlike the code predictor's steps (:mod:`.cp_trace`), the talker's
+per step eager, 25 ms replayed). Unlike the code predictor's steps (:mod:`voxcast.models.qwen3_tts.accel.cp_trace`), the talker's
 position changes every frame, so the position goes into the recording as a 0-dim tensor: the tracer
 records slices whose bounds are tensors as dynamic slices, so writing the new keys/values at
 ``start`` and attending over ``[0, start + 1)`` stay correct for every position, and the caches are
@@ -12,7 +12,7 @@ outputs are bitwise equal (tested at every position across cache growth), which 
 parity.
 
 Batched rows (continuous batching: B streams, each with its own cache and position) are recorded per
-batch-size bucket (2, 4, 8, ...: :func:`.cp_trace.bucket`), each row's position its own 0-dim tensor.
+batch-size bucket (2, 4, 8, ...: :func:`voxcast.models.qwen3_tts.accel.cp_trace.bucket`), each row's position its own 0-dim tensor.
 A batch between buckets is filled with zero rows on a one-position scratch cache; a zero row stays zero
 through every layer (RMSNorm of zeros is zero, the projections have no bias), so it neither changes
 the real rows' int8 activation scales nor costs more than a row of the matmuls. The real rows then
