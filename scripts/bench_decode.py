@@ -524,6 +524,8 @@ def main() -> None:
             variants[f"{args.quant} voxcast-{v}"] = (cur, args.quant, f"voxcast-{v}")
     elif args.quant != "none":
         variants[args.quant] = (cur, args.quant, args.int8_kernel)
+        if args.baseline:  # the quantized arm of the baseline revision too, for its ratio
+            variants[f"baseline {args.quant}"] = (variants["baseline"][0], args.quant, args.int8_kernel)
     fused = {k: "auto" for k in variants}
     if args.fused_ops == "both":  # each quantized arm again without the fused operations
         for name in [k for k, v in variants.items() if v[1] != "none"]:
@@ -614,6 +616,16 @@ def main() -> None:
         result["speedup_vs_baseline"] = ratio
         result["codes_identical_to_baseline"] = same
         print(f"speed-up vs {args.baseline}: {ratio:.2f}x; codes identical: {same}")
+    if f"baseline {args.quant}" in rows and args.quant in rows:
+        base_q, cur_q = rows[f"baseline {args.quant}"], rows[args.quant]
+        ratio = (
+            result["variants"][f"baseline {args.quant}"]["frame_ms"]
+            / result["variants"][args.quant]["frame_ms"]
+        )
+        same = base_q[0]["codes"] == cur_q[0]["codes"]
+        result[f"{args.quant}_speedup_vs_baseline"] = ratio
+        result[f"{args.quant}_codes_identical_to_baseline"] = same
+        print(f"{args.quant} speed-up vs {args.baseline}: {ratio:.2f}x; codes identical: {same}")
     for name, (_, quant, _) in variants.items():
         if quant == "none":
             continue

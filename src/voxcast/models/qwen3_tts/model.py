@@ -27,17 +27,9 @@ import numpy as np
 import torch
 
 from voxcast.errors import InvalidRequest
-from voxcast.kernels.rows_linear import (
-    onednn_available,
-    onednn_rows_faster,
-    split_rows_faster,
-    use_onednn_rows,
-    use_split_rows,
-)
 from voxcast.models.base import SamplingParams, WarmupCase
-from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
-from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
-from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
+from voxcast.models.qwen3_tts.accel.apply import AccelConfig, AccelReport
+from voxcast.models.qwen3_tts.accel.apply import apply as apply_accel
 from voxcast.models.qwen3_tts.checkpoint import (
     Qwen3TTSNet,
     checkpoint_identity,
@@ -51,7 +43,6 @@ from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
-from voxcast.models.qwen3_tts.talker import MLP
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -101,148 +92,39 @@ class Qwen3TTS:
         identity: str,
         device: torch.device,
         dtype: torch.dtype,
-        quant: str = "none",
         prefix_cache: bool = False,
-        compile: bool = False,
-        trace_steps: bool = False,
-        onednn_rows: bool | None = None,
-        row_parts: int | None = None,
-        int8_kernel: bool | None = None,
-        int8_variant: str | None = None,
-        fused_ops: bool | None = None,
-        f32_rows: bool | None = None,
+        accel: AccelConfig | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
-        self.compile_enabled = compile
         self.net = net
         self.talker = net.talker
-        self.quant = quant
-        if quant == "int8":
-            from voxcast.models.qwen3_tts.accel.quant import quantize_int8
-
-            quantize_int8(self.talker)
-        elif quant == "none":
-            self.talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
-        else:
-            raise ValueError(f"quant must be 'none' or 'int8', not {quant!r}")
-        #: int8 decode rows on voxcast's kernel (:mod:`voxcast.kernels.native`): the load-time measurement
-        #: (None: not measured), the choice, and the kernel's variant in use (None: fbgemm).
-        self.int8_kernel_timing: dict[str, object] | None = None
-        self.int8_variant: str | None = None
-        self.int8_kernel = self._choose_int8_kernel(int8_kernel, int8_variant) if quant == "int8" else False
-        #: Norms, rotary embeddings and decode attention on voxcast's fused operations (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`).
-        self.fused_ops = self._choose_fused_ops(fused_ops, quant, device, dtype, compile)
-        #: Batched decode rows on oneDNN: the load-time measurement (None: not measured), the choice.
-        self.rows_kernel: dict[str, object] | None = None
-        # Both kernel choices below concern float32 Linears on the CPU run eagerly or recorded.
-        fp32_cpu = device.type == "cpu" and dtype == torch.float32 and quant == "none" and not compile
-        self.onednn_rows = self._choose_rows_kernel(onednn_rows, fp32_cpu)
-        #: Decode rows in blocks of outputs (:func:`voxcast.kernels.rows_linear.split_linear`): the
-        #: load-time measurement (None: not measured) and the number of blocks (1 = F.linear).
-        self.row_kernel: dict[str, object] | None = None
-        self.row_parts = self._choose_row_parts(row_parts, fp32_cpu)
-        #: One float32 decode row on voxcast's kernels in the BLAS's order (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`): what
-        #: was checked, timed and chosen (None: not a float32 CPU model).
-        self.f32_rows: dict[str, object] | None = None
-        if fp32_cpu:
-            from voxcast.models.qwen3_tts.accel import f32_rows as f32_rows_kernel
-
-            cp_layers = self.talker.code_predictor.model.layers
-            self.f32_rows = f32_rows_kernel.choose(
-                self.talker, cp_layers, f32_rows, self.row_parts, self.onednn_rows
-            )
-        if compile:
-            use_static_decode(self.talker)  # compiled on first use (the engine's warm-up)
-        elif trace_steps:  # recorded by prepare_batches or on first use
-            use_traced_steps(self.talker.code_predictor)
-            use_traced_step(self.talker)
         self.tokenizer = tokenizer
         self.codec_decoder = codec_decoder
         self.codec_encoder = codec_encoder
-        if self.fused_ops:  # the voice build's encoders too (not bit-exact either)
-            if codec_encoder is not None:
-                codec_encoder.use_fast_elu(True)
-            if self.net.speaker_encoder is not None:
-                self.net.speaker_encoder.use_gemm_convs(True)
         self.identity = identity
         self.device = device
         self.dtype = dtype
+        #: What :func:`~voxcast.models.qwen3_tts.accel.apply.apply` chose, and why.
+        self.accel = apply_accel(self, accel or AccelConfig())
+        self.quant = self.accel.quant
+        self.compile_enabled = self.accel.compile
         self.model_type = config.tts_model_type
         self.speakers = config.speakers
         self.languages = config.languages
         self.load_s = 0.0
-        scope = f"{identity}|{dtype}|{quant}|{device}"
+        scope = f"{identity}|{dtype}|{self.quant}|{device}"
         self._prompts = PromptBuilder(config, self.talker, tokenizer, cache_scope=scope)
         self.prefix_kv = PrefixKVCache()
         self._primed: OrderedDict[int, tuple[VoicePrompt, StreamingDecoder]] = OrderedDict()
         self._primed_lock = threading.Lock()
 
-    def _timing_weight(self) -> torch.Tensor:
-        """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timings."""
-        mlp = self.talker.model.layers[0].mlp
-        assert isinstance(mlp, MLP)
-        return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
-
-    def _choose_int8_kernel(self, wanted: bool | None, variant: str | None) -> bool:
-        """Whether int8 decode rows run on voxcast's kernel; None = where it builds and measures faster."""
-        from voxcast.kernels import native as int8_kernel
-        from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster, use_int8_kernel
-
-        if wanted is False or not int8_kernel.load():
-            return False
-        variant = int8_kernel.resolve(variant)
-        use_int8_kernel(self.talker, True, variant)
-        if wanted is None:
-            self.int8_kernel_timing = {**int8_kernel_faster(self.talker), "variant": variant}
-            if not self.int8_kernel_timing["voxcast"]:
-                use_int8_kernel(self.talker, False)
-                return False
-        self.int8_variant = variant
-        return True
-
-    def _choose_fused_ops(
-        self, wanted: bool | None, quant: str, device: torch.device, dtype: torch.dtype, compile: bool
-    ) -> bool:
-        """Whether float32 CPU norms, rotary embeddings and decode attention run fused; None = with int8
-        weights (float32 weights keep PyTorch's, bitwise the official implementation's), where the
-        library builds. Never with ``compile``: the compiled steps fuse their element-wise work
-        themselves and cannot trace into these operations."""
-        from voxcast.models.qwen3_tts.accel import decode_ops
-
-        if wanted is False or (wanted is None and quant != "int8"):
-            return False
-        if compile:
-            if wanted:
-                logger.warning("fused decode operations are off with compile (the compiled steps fuse)")
-            return False
-        if device.type != "cpu" or dtype != torch.float32 or not decode_ops.available():
-            return False
-        return decode_ops.use_fused_ops(self.talker, True) > 0
-
-    def _choose_rows_kernel(self, onednn_rows: bool | None, fp32_cpu: bool) -> bool:
-        """Whether batched float32 CPU rows run on oneDNN (:mod:`voxcast.kernels.rows_linear`); None = measure it."""
-        if not fp32_cpu or not onednn_available():
-            return False
-        if onednn_rows is None:
-            self.rows_kernel = onednn_rows_faster(self._timing_weight())
-            onednn_rows = bool(self.rows_kernel["onednn"])
-        use_onednn_rows(self.talker, onednn_rows)
-        return onednn_rows
-
-    def _choose_row_parts(self, row_parts: int | None, fp32_cpu: bool) -> int:
-        """Blocks for float32 CPU decode rows (:mod:`voxcast.kernels.rows_linear`); None = the intra-op threads, if faster."""
-        if not fp32_cpu:
-            return 1
-        if row_parts is None:
-            threads = torch.get_num_threads()
-            if threads < 2:
-                return 1
-            self.row_kernel = split_rows_faster(self._timing_weight(), threads)
-            row_parts = int(self.row_kernel["parts"])  # type: ignore[call-overload]
-        row_parts = max(1, row_parts)
-        use_split_rows(self.talker, row_parts)
-        return row_parts
+    def __getattr__(self, name: str) -> object:
+        """The kernel choices (``int8_kernel``, ``f32_rows``, ``row_parts``...) read from :attr:`accel`."""
+        accel = self.__dict__.get("accel")
+        if accel is not None and name in AccelReport.__dataclass_fields__:
+            return getattr(accel, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def from_pretrained(
@@ -307,6 +189,17 @@ class Qwen3TTS:
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
         """
+        accel = AccelConfig(
+            quant=quant,
+            compile=compile,
+            trace_steps=trace_steps,
+            onednn_rows=onednn_rows,
+            row_parts=row_parts,
+            int8_kernel=int8_kernel,
+            int8_variant=int8_variant,
+            fused_ops=fused_ops,
+            f32_rows=f32_rows,
+        )
         t0 = time.perf_counter()
         dev = torch.device(device)
         root = resolve_checkpoint(name_or_path, local_files_only=local_files_only)
@@ -330,16 +223,8 @@ class Qwen3TTS:
             identity=checkpoint_identity(files, config),
             device=dev,
             dtype=dtype,
-            quant=quant,
             prefix_cache=prefix_cache,
-            compile=compile,
-            trace_steps=trace_steps,
-            onednn_rows=onednn_rows,
-            row_parts=row_parts,
-            int8_kernel=int8_kernel,
-            int8_variant=int8_variant,
-            fused_ops=fused_ops,
-            f32_rows=f32_rows,
+            accel=accel,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)
@@ -411,20 +296,9 @@ class Qwen3TTS:
 
     def runtime_report(self) -> dict[str, object]:
         """The kernel choices made at load and the measurements behind them (JSON-able)."""
-        return {
-            "device": str(self.device),
-            "quant": self.quant,
-            "int8_kernel": self.int8_kernel,
-            "int8_kernel_variant": self.int8_variant,
-            "int8_kernel_timing": self.int8_kernel_timing,
-            "fused_ops": self.fused_ops,
-            "onednn_rows": self.onednn_rows,
-            "rows_kernel": self.rows_kernel,
-            "row_parts": self.row_parts,
-            "row_kernel": self.row_kernel,
-            "f32_rows": self.f32_rows,
-            "codec_small_gemm": self.codec_decoder.small_gemm,
-        }
+        report = self.accel.as_dict()
+        report["int8_kernel_variant"] = report.pop("int8_variant")
+        return {"device": str(self.device), **report, "codec_small_gemm": self.codec_decoder.small_gemm}
 
     def build_prompt(
         self,

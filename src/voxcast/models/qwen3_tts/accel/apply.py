@@ -1,0 +1,187 @@
+"""The one configuration step: apply validated speed-ups to a loaded Qwen3-TTS model, report why.
+
+:func:`apply` runs once at load, before any request. Each choice is either forced by
+:class:`AccelConfig` (True/False) or, where None, measured on this machine; the returned
+:class:`AccelReport` records what was chosen and the measurements behind it (logged by the engine
+after warm-up and written into every benchmark's JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from voxcast.kernels.rows_linear import (
+    onednn_available,
+    onednn_rows_faster,
+    split_rows_faster,
+    use_onednn_rows,
+    use_split_rows,
+)
+from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
+from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
+from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
+from voxcast.models.qwen3_tts.talker import MLP
+
+if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.model import Qwen3TTS
+    from voxcast.models.qwen3_tts.talker import Talker
+
+__all__ = ["AccelConfig", "AccelReport", "apply"]
+
+logger = logging.getLogger(__name__)
+
+QUANT_MODES = ("none", "int8")
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """What to apply (see ``Qwen3TTS.from_pretrained`` for each option). None: decide by measuring.
+
+    Raises:
+        ValueError: an unknown ``quant`` mode.
+    """
+
+    quant: str = "none"
+    compile: bool = False
+    trace_steps: bool = False
+    onednn_rows: bool | None = None
+    row_parts: int | None = None
+    int8_kernel: bool | None = None
+    int8_variant: str | None = None
+    fused_ops: bool | None = None
+    f32_rows: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.quant not in QUANT_MODES:
+            raise ValueError(f"quant must be 'none' or 'int8', not {self.quant!r}")
+
+
+@dataclass
+class AccelReport:
+    """What :func:`apply` chose, with the load-time measurements (None: not measured).
+
+    Attributes:
+        int8_kernel / int8_variant / int8_kernel_timing: int8 decode rows on voxcast's kernel.
+        fused_ops: norms, rotary embeddings and decode attention as fused C++ operations.
+        onednn_rows / rows_kernel: batched float32 decode rows on oneDNN.
+        row_parts / row_kernel: float32 decode rows as this many blocks of outputs in one bmm.
+        f32_rows: float32 decode rows on voxcast's BLAS-order kernels (what was checked and timed).
+    """
+
+    quant: str = "none"
+    compile: bool = False
+    trace_steps: bool = False
+    int8_kernel: bool = False
+    int8_variant: str | None = None
+    int8_kernel_timing: dict[str, object] | None = None
+    fused_ops: bool = False
+    onednn_rows: bool = False
+    rows_kernel: dict[str, object] | None = None
+    row_parts: int = 1
+    row_kernel: dict[str, object] | None = None
+    f32_rows: dict[str, object] | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def apply(model: Qwen3TTS, cfg: AccelConfig) -> AccelReport:
+    """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load."""
+    talker = model.talker
+    report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
+    if cfg.quant == "int8":
+        from voxcast.models.qwen3_tts.accel.quant import quantize_int8
+
+        quantize_int8(talker)
+        _choose_int8_kernel(talker, cfg, report)
+    else:
+        talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
+    report.fused_ops = _choose_fused_ops(talker, cfg, model.device, model.dtype)
+    # The row choices concern float32 Linears on the CPU run eagerly or recorded.
+    if (
+        model.device.type == "cpu"
+        and model.dtype == torch.float32
+        and cfg.quant == "none"
+        and not cfg.compile
+    ):
+        _choose_fp32_rows(talker, cfg, report)
+    if cfg.compile:
+        use_static_decode(talker)  # compiled on first use (the engine's warm-up)
+    elif cfg.trace_steps:  # recorded by prepare_batches or on first use
+        use_traced_steps(talker.code_predictor)
+        use_traced_step(talker)
+    if report.fused_ops:  # the voice build's encoders too (not bit-exact either)
+        if model.codec_encoder is not None:
+            model.codec_encoder.use_fast_elu(True)
+        if model.net.speaker_encoder is not None:
+            model.net.speaker_encoder.use_gemm_convs(True)
+    return report
+
+
+def _timing_weight(talker: Talker) -> torch.Tensor:
+    """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timings."""
+    mlp = talker.model.layers[0].mlp
+    assert isinstance(mlp, MLP)
+    return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+
+
+def _choose_int8_kernel(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
+    """int8 decode rows on voxcast's kernel: forced, or where it builds and measures faster."""
+    from voxcast.kernels import native
+    from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster, use_int8_kernel
+
+    if cfg.int8_kernel is False or not native.load():
+        return
+    variant = native.resolve(cfg.int8_variant)
+    use_int8_kernel(talker, True, variant)
+    if cfg.int8_kernel is None:
+        report.int8_kernel_timing = {**int8_kernel_faster(talker), "variant": variant}
+        if not report.int8_kernel_timing["voxcast"]:
+            use_int8_kernel(talker, False)
+            return
+    report.int8_kernel, report.int8_variant = True, variant
+
+
+def _choose_fused_ops(talker: Talker, cfg: AccelConfig, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether float32 CPU norms, rotary embeddings and decode attention run fused; None = with int8
+    weights (float32 weights keep PyTorch's, bitwise the official implementation's), where the
+    library builds. Never with ``compile``: the compiled steps fuse their element-wise work
+    themselves and cannot trace into these operations."""
+    from voxcast.models.qwen3_tts.accel import decode_ops
+
+    if cfg.fused_ops is False or (cfg.fused_ops is None and cfg.quant != "int8"):
+        return False
+    if cfg.compile:
+        if cfg.fused_ops:
+            logger.warning("fused decode operations are off with compile (the compiled steps fuse)")
+        return False
+    if device.type != "cpu" or dtype != torch.float32 or not decode_ops.available():
+        return False
+    return decode_ops.use_fused_ops(talker, True) > 0
+
+
+def _choose_fp32_rows(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
+    """Float32 CPU decode rows: oneDNN for batched rows, blocks of outputs, voxcast's row kernels."""
+    from voxcast.models.qwen3_tts.accel import f32_rows
+
+    onednn = cfg.onednn_rows
+    if onednn_available():
+        if onednn is None:
+            report.rows_kernel = onednn_rows_faster(_timing_weight(talker))
+            onednn = bool(report.rows_kernel["onednn"])
+        use_onednn_rows(talker, onednn)
+        report.onednn_rows = onednn
+    parts = cfg.row_parts
+    threads = torch.get_num_threads()
+    if parts is None and threads >= 2:
+        report.row_kernel = split_rows_faster(_timing_weight(talker), threads)
+        parts = int(report.row_kernel["parts"])  # type: ignore[call-overload]
+    if parts is not None:  # None here: one intra-op thread, nothing to split
+        report.row_parts = max(1, parts)
+        use_split_rows(talker, report.row_parts)
+    cp_layers = talker.code_predictor.model.layers
+    report.f32_rows = f32_rows.choose(talker, cp_layers, cfg.f32_rows, report.row_parts, report.onednn_rows)
