@@ -133,7 +133,7 @@ def ttfa_probe(engine: Engine, k: int, frames: int) -> tuple[dict[str, Any], Any
 def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 20) -> dict[str, Any]:
     """First-request TTFA of a fresh voice prepared three ways, in one engine, ``pairs`` of each, in the
     order lazy, codec, full, full, codec, lazy, ...: ``lazy`` nothing ahead (the first request primes
-    the audio decoder and computes the prompt prefix, as before session 6), ``codec`` the audio decoder
+    the audio decoder and computes the prompt prefix, as the engine once did), ``codec`` the audio decoder
     primed ahead (``Engine.prime_voice(prefix=False)``, sessions 6), ``full`` the decoder primed and
     the prompt prefix computed ahead (``Engine.prime_voice``, as ``create_voice`` does now)."""
     arms = ["lazy", "codec", "full"]

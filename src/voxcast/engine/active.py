@@ -59,7 +59,7 @@ def next_chunk_frames(act: Active, chunk_frames: int, ramp: bool) -> int:
     With the ramp each chunk is at most half as long as the audio already sent, but never shorter
     than the first chunk (1, 1, 1, 1, 2, 3, 4, 4, ...: :func:`ramp_frames`): a fixed 1, 4, 4
     schedule stalls whenever four frames take longer than the first 80 ms, and a chunk as long as
-    all the audio sent so far (1, 1, 2, 4, the ramp until session 9) arrives after that audio has
+    all the audio sent so far (1, 1, 2, 4, an earlier ramp) arrives after that audio has
     played out once a frame costs more than about half its 80 ms.
     Measured with one int8 stream on 2 AMD Zen 5 cores (~62 ms a frame end to end; 4 x 40 frames
     alternated in one engine): 172 -> 121 ms of stall per stream (median), the same total time; two

@@ -347,7 +347,7 @@ class Engine:
         by about one part. Before that (``burst_admit``), every waiting request is admitted and
         prefilled whole at once, so requests that arrive together start together: measured with four
         arriving at once, the last one's first audio came after three earlier streams' first chunks
-        and ramp-up chunks otherwise (see README, session 6).
+        and ramp-up chunks otherwise (docs/benchmarks-history.md, burst admission).
         """
         while len(self._active) + len(self._prefilling) < self.config.max_active:
             busy = bool(self._active or self._prefilling)
