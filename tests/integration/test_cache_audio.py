@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.s3 import MotoServer
-from voxcast.cache import AudioCache, normalise_text
+from voxcast.cache import AudioCache
 from voxcast.engine.request import parse_request
 from voxcast.errors import StorageError
 from voxcast.storage import BlobNotFound, BlobStore, open_store
@@ -24,8 +24,10 @@ def _key(**kw: Any) -> str:
     return AudioCache.key_for(_req(**kw), model_identity=MODEL)
 
 
-def test_normalise_text() -> None:
-    assert normalise_text("  Cafe\u0301\t\n  au   lait ") == "Caf\u00e9 au lait"
+def test_texts_spoken_the_same_share_a_key() -> None:
+    """The key is taken on the normalised text, which is also what the engine speaks."""
+    assert _req(text="  Cafe\u0301\t\n  au \u201clait\u201d\u200b ").text == 'Caf\u00e9 au "lait"'
+    assert _key(text="Press \u201cone\u201d") == _key(text='Press  "one"') != _key(text="Press one")
 
 
 def test_cacheable_needs_determinism_and_opt_in() -> None:

@@ -74,3 +74,16 @@ def test_not_a_mapping() -> None:
     with pytest.raises(InvalidRequest) as info:
         parse_request(["text"])  # type: ignore[arg-type]
     assert info.value.field == "request"
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200b", " \ufeff\u00ad ", "\u2060\t\n"])
+def test_text_of_invisible_characters_only_is_refused(text: str) -> None:
+    with pytest.raises(InvalidRequest, match="nothing to speak") as e:
+        parse_request({"text": text})
+    assert e.value.field == "text"
+
+
+def test_text_and_instruct_are_normalised_once_at_the_edge() -> None:
+    req = parse_request({"text": " \u201cHi\u201d\u200b  there ", "instruct": "\u200b "})
+    assert req.text == '"Hi" there' and req.instruct is None
+    assert parse_request(req) is req  # a parsed request is not parsed again

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -27,8 +25,9 @@ from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import StorageError
 from voxcast.storage.base import MAX_METADATA_BYTES, BlobInfo, BlobNotFound, BlobStore, BlobStream
 from voxcast.storage.keys import AUDIO_SCHEMA, audio_key, canonical_json, sha256_hex
+from voxcast.text.normalize import normalize_text
 
-__all__ = ["CONTENT_TYPES", "AudioCache", "CachedAudio", "CachedStream", "normalise_text"]
+__all__ = ["CONTENT_TYPES", "AudioCache", "CachedAudio", "CachedStream"]
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,6 @@ CONTENT_TYPES: dict[str, str] = {
 
 _KIND = "audio"
 _META = "voxcast-audio"
-_WS = re.compile(r"\s+")
-
-
-def normalise_text(text: str) -> str:
-    """NFC, whitespace runs collapsed to one space, stripped (the cache's notion of "same text")."""
-    return _WS.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
 @dataclass(frozen=True)
@@ -162,9 +155,9 @@ class AudioCache:
         recipe = {
             "schema": AUDIO_SCHEMA,
             "model": model_identity,
-            "text": normalise_text(request.text),
+            "text": normalize_text(request.text),
             "voice": (voice or request.voice or "").lower() or None,
-            "instruct": normalise_text(request.instruct) if request.instruct else None,
+            "instruct": normalize_text(request.instruct) if request.instruct else None,
             "language": request.language,
             "format": request.response_format.value,
             "sample_rate": request.sample_rate,

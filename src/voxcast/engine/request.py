@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat, check_format_rate
 from voxcast.errors import InvalidRequest
 from voxcast.models.base import SamplingParams
+from voxcast.text.normalize import normalize_text
 
 __all__ = ["MAX_TEXT_CHARS", "SamplingParams", "SynthesisRequest", "parse_request"]
 
@@ -76,10 +77,12 @@ class SynthesisRequest(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("text is empty or only whitespace")
+        """The text as spoken and as keyed in the audio cache: :func:`voxcast.text.normalize_text`."""
         if len(v) > MAX_TEXT_CHARS:
             raise ValueError(f"text has {len(v)} characters; the limit is {MAX_TEXT_CHARS}")
+        v = normalize_text(v)
+        if not v:
+            raise ValueError("text has nothing to speak (empty, whitespace or invisible characters only)")
         return v
 
     @field_validator("language")
@@ -87,10 +90,15 @@ class SynthesisRequest(BaseModel):
     def _language(cls, v: str) -> str:
         return v.strip().lower() or "auto"
 
-    @field_validator("voice", "instruct", "ref_text")
+    @field_validator("voice", "ref_text")
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v if v is None or v.strip() else None
+
+    @field_validator("instruct")
+    @classmethod
+    def _instruct(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_text(v) or None
 
     @field_validator("sample_rate")
     @classmethod
