@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,7 +31,6 @@ __all__ = [
     "SamplingParams",
     "StreamingDecoder",
     "TTSModel",
-    "Voice",
     "WarmupCase",
 ]
 
@@ -79,13 +78,6 @@ class LoadOptions:
         return dict(self.kernels).get(name)
 
 
-@runtime_checkable
-class Voice(Protocol):
-    """Per-voice constant data built from reference audio; serialisable (safetensors + JSON)."""
-
-    def to_bytes(self) -> bytes: ...
-
-
 @dataclass(frozen=True)
 class WarmupCase:
     """One voice mode the model serves: request fields (e.g. a speaker) plus a voice or None.
@@ -106,7 +98,7 @@ class FrameGenerator(Protocol):
         finish_reason: None while running, then "eos" or "max_frames".
         prefill_s: wall time of the prefill (seconds).
         stage_ms(): cumulative wall time per model stage (e.g. {"talker_ms": .., "code_predictor_ms": ..}).
-        prefix_hit / prefix_positions: the prefix cache's answer (None when not applicable).
+        prefix_report(): (prefix cache hit, positions skipped), None where no prefix cache applies.
     """
 
     @property
