@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from rq.exceptions import AbandonedJobError
 from rq.job import Callback, Job, Retry
 
@@ -30,6 +30,7 @@ from voxcast.engine.timing import Timing
 from voxcast.errors import VoiceNotFound
 from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.dead_letter import read_dead_letters
 from voxcast.serving.rq.jobs import SYNTHESIZE, on_failure
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, read_all, stream_key
 from voxcast.serving.rq.worker import VoxcastWorker
@@ -245,6 +246,55 @@ def test_garbage_job_hash_does_not_kill_the_worker(
     good = client.enqueue({"text": "after garbage"})
     run_worker(redis_client, service)
     assert client.wait(good, timeout_s=5)["status"] == "finished"
+    [record] = read_dead_letters(redis_client, "vx-test")
+    assert record["entry"] == "garbage" and "cannot be restored" in record["reason"]
+
+
+@pytest.mark.parametrize("entry", [b"../../x", b"a:b", b"a b", b"\xff\xfe", b"", b"x" * 300 + b"/"])
+def test_an_entry_with_an_invalid_id_is_dead_lettered_and_the_worker_keeps_serving(
+    client: QueueClient, redis_client: redis.Redis, service: FakeService, entry: bytes
+) -> None:
+    """Before: RQ's dequeue raised ValueError on such an id and the worker exited (status 0), and its
+    intermediate-queue cleanup raised again at every restart."""
+    good = client.enqueue({"text": "before"})  # valid id, so "a:b" cannot alias a real job
+    redis_client.rpush("rq:queue:vx-test", entry)
+    after = client.enqueue({"text": "after the bad entry"})
+    worker = run_worker(redis_client, service)
+    assert client.wait(good, timeout_s=5)["status"] == "finished"
+    assert client.wait(after, timeout_s=5)["status"] == "finished"
+    [record] = read_dead_letters(redis_client, "vx-test")
+    assert (
+        record["entry"] == entry.decode("utf-8", "backslashreplace")
+        and "not a valid RQ job id" in record["reason"]
+    )
+    assert redis_client.llen("rq:queue:vx-test") == 0
+    assert redis_client.llen("rq:queue:vx-test:intermediate") == 0
+    assert worker.get_state() != "busy"
+
+
+def test_a_bad_id_left_in_the_intermediate_list_is_cleaned_not_raised(
+    client: QueueClient, redis_client: redis.Redis, service: FakeService
+) -> None:
+    """An entry a worker died on (the old crash) waits in the intermediate list: maintenance drops it."""
+    redis_client.rpush("rq:queue:vx-test:intermediate", b"../../x")
+    good = client.enqueue({"text": "still serving"})
+    run_worker(redis_client, service)  # burst mode runs maintenance (clean_registries) first
+    assert client.wait(good, timeout_s=5)["status"] == "finished"
+    assert redis_client.llen("rq:queue:vx-test:intermediate") == 0
+
+
+def test_a_worker_registers_again_after_redis_forgets_it(
+    redis_client: redis.Redis, service: FakeService
+) -> None:
+    """Redis restarted without persistence: the worker's key and set memberships are gone."""
+    worker = VoxcastWorker(list(QCFG.queues), connection=redis_client, service=service, queue_config=QCFG)
+    worker.register_birth()
+    redis_client.flushdb()
+    assert not Worker.all(connection=redis_client)
+    worker.heartbeat()
+    assert [w.name for w in Worker.all(connection=redis_client)] == [worker.name]
+    assert [w.name for w in Worker.all(queue=Queue("vx-test", connection=redis_client))] == [worker.name]
+    worker.register_death()
 
 
 # -- cancellation -----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from rq.job import Retry
 from tests.fixtures.redis import RedisServer
 from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.dead_letter import read_dead_letters
 from voxcast.serving.rq.jobs import SYNTHESIZE
 from voxcast.serving.rq.stream import EntryType, read_all, stream_key
 from voxcast.storage.local import LocalBlobStore
@@ -204,6 +205,8 @@ def test_redis_restart_mid_stream(env, redis_client, redis_server: RedisServer) 
     for job in later:
         assert client.wait(job, timeout_s=60)["status"] == "finished"
     assert w.alive
+    # and it is listed again (its registration died with Redis's memory; the next heartbeat renews it)
+    w.wait_ready(redis_client, timeout_s=30)
     print(f"interrupted job: stream ended with {got[-1].type.value}, job {status}")
 
 
@@ -247,6 +250,7 @@ def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, red
         "unknown_voice": q.enqueue(SYNTHESIZE, {"text": "hi", "voice": "nobody"}).id,
         "clone_on_custom_voice": client.register_voice(b"RIFF-not-really-audio"),
     }
+    redis_client.rpush(f"rq:queue:{QUEUE}", b"../../x")  # an entry RQ's own dequeue dies on
     good = client.enqueue({"text": "Thank you for calling.", "voice": "vivian", "max_frames": 12})
     w.wait_ready(redis_client)
     for name, job_id in bad.items():
@@ -255,6 +259,7 @@ def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, red
         assert e.value.status == "failed", name
     assert not (env["store"] / "pwned").exists()
     result = client.wait(good, timeout_s=60)
+    assert [r["entry"] for r in read_dead_letters(redis_client, QUEUE)] == ["../../x"]
 
     cap = StreamCapture()  # a late reader: the job finished before it started reading
     for entry in client.follow(good, idle_timeout_s=10):

@@ -30,13 +30,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rq import Queue, SimpleWorker
+from rq import Queue, SimpleWorker, worker_registration
 from rq.defaults import DEFAULT_MAINTENANCE_TASK_INTERVAL, DEFAULT_RESULT_TTL, DEFAULT_WORKER_TTL
 from rq.exceptions import DeserializationError, NoSuchJobError
-from rq.job import Job
+from rq.job import JOB_ID_PATTERN, Job
 from rq.serializers import JSONSerializer
 
 from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.dead_letter import MalformedJob, VoxcastQueue
 from voxcast.serving.rq.jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobContext, bind_context
 
 if TYPE_CHECKING:
@@ -84,15 +85,26 @@ class VoxcastJob(Job):
                 f"(enqueue with rq.serializers.JSONSerializer): {type(e).__name__}: {e}"
             ) from e
 
+    @classmethod
+    def fetch(cls, id: str, *args: Any, **kwargs: Any) -> Any:
+        """Like RQ's, but an id RQ refuses is a missing job (NoSuchJobError), not a crash: RQ's
+        registry and intermediate-queue maintenance then drop the entry instead of raising."""
+        try:
+            return super().fetch(id, *args, **kwargs)
+        except (ValueError, TypeError) as e:
+            if not isinstance(id, str) or not JOB_ID_PATTERN.fullmatch(id):
+                raise NoSuchJobError(f"invalid job id {id!r}: {e}") from e
+            raise
+
     def restore(self, raw_data: Any) -> Any:
-        """Like RQ's, but a malformed job hash is skipped (NoSuchJobError) instead of killing the worker."""
+        """Like RQ's, but a malformed job hash raises :class:`MalformedJob` (a NoSuchJobError: RQ's
+        maintenance skips it; :class:`VoxcastQueue` moves it to the dead-letter list)."""
         try:
             return super().restore(raw_data)
         except NoSuchJobError:
             raise
         except Exception as e:
-            log.error("job %s: malformed job hash skipped: %s: %s", self._id, type(e).__name__, e)
-            raise NoSuchJobError(f"malformed job hash: {e}") from e
+            raise MalformedJob(f"malformed job hash: {type(e).__name__}: {e}") from e
 
     def _callback_or_none(self, name: str | None, attr: str) -> Any:
         if name and name not in ALLOWED_CALLBACKS:
@@ -186,6 +198,19 @@ class VoxcastWorker(SimpleWorker):
             self.maintenance_interval,
         )
 
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat; a worker whose registration vanished (Redis restarted or flushed) registers
+        again, so it is listed in ``rq:workers`` and its queue's worker set while it keeps serving."""
+        if pipeline is None and not self.connection.sismember(
+            worker_registration.REDIS_WORKER_KEYS, self.key
+        ):
+            self.log.warning("Worker %s: registration lost (Redis restarted?): registering again", self.name)
+            with self.connection.pipeline() as p:
+                p.hset(self.key, mapping=self.serialize())
+                worker_registration.register(self, p)
+                p.execute()
+        super().heartbeat(timeout, pipeline)
+
     def teardown(self) -> None:
         super().teardown()
         if self._owns_service and self._service is not None:
@@ -214,11 +239,14 @@ class VoxcastWorker(SimpleWorker):
 
 
 def _apply_defaults(kwargs: dict[str, Any], config: QueueConfig) -> None:
-    """Force the JSON serializer and VoxcastJob; fill RQ timing knobs from ``config`` when unset."""
+    """Force the JSON serializer, VoxcastJob and VoxcastQueue; fill RQ timing knobs from ``config`` when unset."""
     serializer = kwargs.get("serializer")
     if serializer not in (None, JSONSerializer, "json", "rq.serializers.JSONSerializer"):
         log.warning("ignoring serializer %r: voxcast workers only accept JSON", serializer)
     kwargs["serializer"] = JSONSerializer
+    queue_class = kwargs.get("queue_class")
+    if not (isinstance(queue_class, type) and issubclass(queue_class, VoxcastQueue)):
+        kwargs["queue_class"] = VoxcastQueue
     job_class = kwargs.get("job_class")
     if not (isinstance(job_class, type) and issubclass(job_class, VoxcastJob)):
         kwargs["job_class"] = VoxcastJob
