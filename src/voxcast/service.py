@@ -378,14 +378,23 @@ class Service:
             if key is not None and not timing.runaway:
                 self.cache.fill(key, data, meta, content_type=content_type)
                 return self.cache.blob_key(key), None
-            blob_key = validate_key(f"renders/{s.request_id}.{file_extension(fmt)}")
-            self.store.put_bytes(
-                blob_key,
-                data,
-                content_type=content_type,
-                metadata={k.replace("_", "-"): str(v) for k, v in meta.items()},
-            )
-            return blob_key, None
+            # Create-once: a render is never replaced by another request's. A request id seen before
+            # (a caller reusing one, a retried job) gets a key with a unique part instead.
+            ext = file_extension(fmt)
+            for blob_key in (
+                f"renders/{s.request_id}.{ext}",
+                f"renders/{s.request_id}-{uuid.uuid4().hex[:12]}.{ext}",
+            ):
+                created = self.store.put_bytes(
+                    validate_key(blob_key),
+                    data,
+                    content_type=content_type,
+                    metadata={k.replace("_", "-"): str(v) for k, v in meta.items()},
+                    if_none_match=True,
+                )
+                if created:
+                    return blob_key, None
+            raise StorageError(f"renders/{s.request_id}: no free key")  # two random keys taken: not expected
         except StorageError as e:
             log.warning("request %s: storing the audio failed: %s", s.request_id, e)
             return None, str(e)

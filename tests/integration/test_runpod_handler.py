@@ -158,6 +158,12 @@ def test_non_streaming_inlines_small_files_only(service: Any) -> None:
         ("just a string", "request"),
         ({"action": "dance"}, "action"),
         ({"action": "register_voice", "ref_audio": "not base64!"}, "ref_audio"),
+        # refused before any audio (the old id rule let these stream, then fail storing: field "key")
+        ({"text": "hi", "voice": "ryan", "request_id": "a:b"}, "request_id"),
+        ({"text": "hi", "voice": "ryan", "request_id": ".x"}, "request_id"),
+        # were internal_error
+        ({"text": "caf\udce9", "voice": "ryan"}, "text"),
+        ({"text": "hi", "voice": "ryan", "sampling": 5, "seed": 1}, "sampling"),
     ],
 )
 def test_bad_input_ends_the_job_with_a_structured_error_naming_the_field(
@@ -168,6 +174,15 @@ def test_bad_input_ends_the_job_with_a_structured_error_naming_the_field(
     err = msgs[0]["error"]
     assert err["field"] == field, err
     assert json.loads(str(err)) == dict(err)  # what the SDK POSTs after its str()
+
+
+@pytest.mark.parametrize("job", [["not", "a", "job"], "text", None, 5])
+def test_a_job_that_is_not_an_object_gets_an_error_not_a_crash(service: Any, job: Any) -> None:
+    async def collect() -> list[dict[str, Any]]:
+        return [m async for m in _handler(service).handle(job)]
+
+    (msg,) = asyncio.run(collect())
+    assert msg["error"]["code"] == "invalid_request" and msg["error"]["field"] == "job"
 
 
 def test_the_handler_keeps_serving_after_errors(service: Any) -> None:

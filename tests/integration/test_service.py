@@ -82,6 +82,16 @@ def test_unseeded_requests_are_not_cached(service: Service) -> None:
     assert r1.audio_key != r2.audio_key and r1.audio_key.startswith("renders/")
 
 
+def test_a_reused_request_id_never_overwrites_a_stored_render(service: Service) -> None:
+    _, first = _collect(service, max_frames=3, request_id="same-id")
+    data = service.store.get_bytes(first.audio_key)
+    _, second = _collect(service, max_frames=4, request_id="same-id")
+    assert first.audio_key == "renders/same-id.wav"
+    assert second.audio_key.startswith("renders/same-id-") and second.audio_key != first.audio_key
+    assert service.store.get_bytes(first.audio_key) == data  # untouched
+    assert service.store.get_bytes(second.audio_key) != data
+
+
 def test_cache_off_per_request(service: Service) -> None:
     _collect(service, seed=9, max_frames=3)
     _, result = _collect(service, seed=9, max_frames=3, cache=False)

@@ -7,7 +7,13 @@ import base64
 import pytest
 
 from voxcast.audio.formats import AudioFormat
-from voxcast.engine.request import MAX_TEXT_CHARS, parse_request
+from voxcast.engine.request import (
+    MAX_TEXT_CHARS,
+    REQUEST_ID_RE,
+    check_request_id,
+    parse_request,
+    request_id_for,
+)
 from voxcast.errors import InvalidRequest
 
 
@@ -45,7 +51,20 @@ def test_nested_sampling_and_defaults() -> None:
         ({"text": "a", "ref_audio": "not base64!"}, "ref_audio"),
         ({"text": "a", "unknown_field": 1}, "unknown_field"),
         ({"text": "a", "request_id": "../etc"}, "request_id"),
+        # ids the old pattern allowed but RQ job ids or storage keys refuse
+        ({"text": "a", "request_id": "a:b"}, "request_id"),
+        ({"text": "a", "request_id": "a.b"}, "request_id"),
+        ({"text": "a", "request_id": ".hidden"}, "request_id"),
+        ({"text": "a", "request_id": "-x"}, "request_id"),
+        ({"text": "a", "request_id": "x" * 129}, "request_id"),
         ({"text": 5}, "text"),
+        # used to surface as internal_error
+        ({"text": "caf\udce9"}, "text"),
+        ({"text": "a", "instruct": "\ud800 calm"}, "instruct"),
+        ({"text": "a", "sampling": 5, "seed": 1}, "sampling"),
+        ({"text": "a", "sampling": 5}, "sampling"),
+        ({"text": "\u200b\u200d"}, "text"),
+        ({"text": "\u0301\u200c"}, "text"),
     ],
 )
 def test_bad_input_names_the_field(payload: dict, field: str) -> None:
@@ -87,3 +106,20 @@ def test_text_and_instruct_are_normalised_once_at_the_edge() -> None:
     req = parse_request({"text": " \u201cHi\u201d\u200b  there ", "instruct": "\u200b "})
     assert req.text == '"Hi" there' and req.instruct is None
     assert parse_request(req) is req  # a parsed request is not parsed again
+
+
+@pytest.mark.parametrize("rid", ["a", "job-1_X", "7" * 128, "sync-1b2c3d4e-u1"])
+def test_request_ids_that_follow_the_rule_are_kept(rid: str) -> None:
+    assert parse_request({"text": "a", "request_id": rid}).request_id == rid
+    assert check_request_id(rid) == rid and request_id_for(rid) == rid
+
+
+def test_platform_ids_map_into_the_rule_without_collisions() -> None:
+    long_a, long_b = "j" * 128 + "a", "j" * 128 + "b"  # the same first 128 characters
+    mapped = [request_id_for(i) for i in (long_a, long_b, "a:b", "a.b", "ab", "", "../../x", "\u00e9t\u00e9")]
+    assert all(REQUEST_ID_RE.match(m) for m in mapped)
+    assert len(set(mapped)) == len(mapped)
+    assert request_id_for(long_a) == request_id_for(long_a)  # deterministic: retries find their stream
+    with pytest.raises(InvalidRequest) as info:
+        check_request_id("a:b", "job_id")
+    assert info.value.field == "job_id"

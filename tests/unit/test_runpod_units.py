@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from voxcast.engine.request import request_id_for
 from voxcast.errors import InvalidRequest
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.messages import ErrorPayload, audio_messages, error_message, final_message
-from voxcast.serving.runpod.mirror import mirror_key, safe_id
+from voxcast.serving.runpod.mirror import mirror_key
 from voxcast.serving.runpod.pump import ThreadPump
 
 # ------------------------------------------------------------------------- config
@@ -97,10 +98,10 @@ def test_final_message_carries_result_and_optional_inline_audio() -> None:
     assert base64.b64decode(inline["audio"]) == b"RIFF1234"
 
 
-def test_ids_are_mapped_into_the_request_id_alphabet() -> None:
-    assert safe_id("sync-1b2c_3d4e-u1") == "sync-1b2c_3d4e-u1"
-    assert safe_id("a/b c") == "a-b-c" and safe_id("") == "job" and len(safe_id("x" * 300)) == 128
-    assert mirror_key("job 1") == "voxcast:stream:job-1"
+def test_job_ids_map_to_distinct_streams() -> None:
+    assert mirror_key("sync-1b2c_3d4e-u1") == "voxcast:stream:sync-1b2c_3d4e-u1"
+    assert mirror_key("job 1") == "voxcast:stream:" + request_id_for("job 1") != mirror_key("job1")
+    assert mirror_key("x" * 200 + "1") != mirror_key("x" * 200 + "2")  # were truncated into one key
 
 
 # --------------------------------------------------------------------------- pump

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,13 +23,48 @@ from voxcast.errors import InvalidRequest
 from voxcast.models.base import SamplingParams
 from voxcast.text.normalize import normalize_text
 
-__all__ = ["MAX_TEXT_CHARS", "SamplingParams", "SynthesisRequest", "parse_request"]
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "REQUEST_ID_RE",
+    "SamplingParams",
+    "SynthesisRequest",
+    "check_request_id",
+    "parse_request",
+    "request_id_for",
+]
 
 MAX_TEXT_CHARS = 5000
 """Longest accepted text. Longer input should be split by the caller (or a long-text job)."""
 
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
+
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+"""The one rule for request ids (and RQ job ids, stream names and render keys, which are made from them):
+1-128 letters, digits, ``_`` and ``-``, starting with a letter or digit. It is the intersection of what
+RQ's job ids, Redis key conventions and storage key components accept, so an id that passes here
+works everywhere."""
+
+_REQUEST_ID_RULE = "1-128 letters, digits, '_' or '-', starting with a letter or digit"
+
+
+def check_request_id(value: Any, field: str = "request_id") -> str:
+    """``value`` if it follows :data:`REQUEST_ID_RE`, else :class:`InvalidRequest` naming ``field``."""
+    if not isinstance(value, str) or not REQUEST_ID_RE.match(value):
+        raise InvalidRequest(f"{field}: must be {_REQUEST_ID_RULE}; got {str(value)[:80]!r}", field=field)
+    return value
+
+
+def request_id_for(platform_id: str) -> str:
+    """A request id for an id a platform chose (RunPod or RQ job id): the id itself where it follows
+    :data:`REQUEST_ID_RE`, else its allowed characters (up to 95) plus ``-`` and 32 hex of its SHA-256,
+    so two different ids never map to one (ids that share a 128-character prefix included)."""
+    if REQUEST_ID_RE.match(platform_id):
+        return platform_id
+    kept = re.sub(r"[^A-Za-z0-9_-]", "", platform_id)[:95].lstrip("_-")
+    digest = hashlib.sha256(platform_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{kept}-{digest}" if kept else f"id-{digest}"
 
 
 class SynthesisRequest(BaseModel):
@@ -57,7 +95,7 @@ class SynthesisRequest(BaseModel):
     max_frames: int | None = Field(None, ge=2, le=8192)
     sampling: SamplingParams = SamplingParams()
     cache: bool = True
-    request_id: str | None = Field(None, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    request_id: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -65,10 +103,20 @@ class SynthesisRequest(BaseModel):
         """Accept sampling fields at the top level too (``{"seed": 1}`` as well as nested)."""
         if not isinstance(data, Mapping):
             return data
+        for key, value in data.items():  # text the codecs cannot carry, named before it reaches them
+            if isinstance(value, str) and not _is_utf8(value):
+                raise PydanticCustomError(
+                    "unicode", "contains invalid Unicode (a lone surrogate)", {"field": str(key)}
+                )
         flat = {k: data[k] for k in SamplingParams.model_fields if k in data}
         if not flat:
             return data
         out = {k: v for k, v in data.items() if k not in flat}
+        if not isinstance(out.get("sampling") or {}, Mapping):
+            raise PydanticCustomError(
+                "sampling", "sampling must be an object when sampling fields are also given at the top level",
+                {"field": "sampling"},
+            )  # fmt: skip
         nested = dict(out.get("sampling") or {})
         nested.update(flat)
         out["sampling"] = nested
@@ -81,8 +129,15 @@ class SynthesisRequest(BaseModel):
         if len(v) > MAX_TEXT_CHARS:
             raise ValueError(f"text has {len(v)} characters; the limit is {MAX_TEXT_CHARS}")
         v = normalize_text(v)
-        if not v:
+        if not any(unicodedata.category(ch)[0] in "LNPS" for ch in v):  # ZWJ/ZWNJ and marks alone say nothing
             raise ValueError("text has nothing to speak (empty, whitespace or invisible characters only)")
+        return v
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, v: str | None) -> str | None:
+        if v is not None and not REQUEST_ID_RE.match(v):
+            raise ValueError(f"must be {_REQUEST_ID_RULE}")
         return v
 
     @field_validator("language")
@@ -144,6 +199,14 @@ class SynthesisRequest(BaseModel):
     def ref_audio_bytes(self) -> bytes | None:
         """The decoded reference audio file, if any."""
         return None if self.ref_audio is None else base64.b64decode(self.ref_audio)
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _field_of(err: Mapping[str, Any]) -> str:

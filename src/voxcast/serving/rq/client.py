@@ -30,7 +30,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Callback, Job, JobStatus, Retry
 from rq.serializers import JSONSerializer
 
-from voxcast.engine.request import parse_request
+from voxcast.engine.request import check_request_id, parse_request
 from voxcast.serving.rq.config import QueueConfig, connect
 from voxcast.serving.rq.jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
@@ -144,12 +144,11 @@ class QueueClient:
             The job id (also the request id and the stream's name).
 
         Raises:
-            InvalidRequest: the request does not validate.
+            InvalidRequest: the request (or ``job_id``) does not validate.
         """
         req = parse_request(request)
         payload = req.model_dump(mode="json", exclude_defaults=True, exclude={"request_id"})
-        jid = job_id or req.request_id or uuid.uuid4().hex
-        stream_key(jid)  # validates the id
+        jid = check_request_id(job_id, "job_id") if job_id is not None else req.request_id or uuid.uuid4().hex
         return self._enqueue(
             SYNTHESIZE,
             payload,

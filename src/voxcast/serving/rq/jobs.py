@@ -32,7 +32,7 @@ from rq.exceptions import DeserializationError
 from rq.job import Job, get_current_job
 from rq.timeouts import JobTimeoutException
 
-from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.request import SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
@@ -272,7 +272,7 @@ def _with_request_id(payload: Any, job_id: str) -> SynthesisRequest:
     """Validate ``payload``; the job id is the request id (so stream key and storage agree)."""
     if not isinstance(payload, Mapping):
         raise InvalidRequest("request must be a JSON object", field="request")
-    return parse_request({**payload, "request_id": job_id})
+    return parse_request({**payload, "request_id": request_id_for(job_id)})
 
 
 # -- register_voice ------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+
+from voxcast.engine.request import request_id_for
 
 __all__ = [
     "DEFAULT_LIVE_TTL_S",
@@ -66,8 +67,6 @@ DEFAULT_TTL_S = 3600
 
 DEFAULT_LIVE_TTL_S = 600
 """Safety TTL refreshed on every write while streaming: a dead publisher's stream expires after this."""
-
-_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class EntryType(StrEnum):
@@ -107,15 +106,11 @@ class StreamSettings:
             raise ValueError("maxlen must be >= 2 and TTLs >= 1 s")
 
 
-def stream_key(request_id: str) -> str:
-    """The Redis key of a request's stream.
-
-    Raises:
-        ValueError: an id outside ``[A-Za-z0-9._:-]{1,128}``.
-    """
-    if not _ID_RE.match(request_id):
-        raise ValueError(f"bad request id {request_id!r}")
-    return STREAM_KEY_PREFIX + request_id
+def stream_key(job_id: str) -> str:
+    """The Redis key of a job's stream: ``voxcast:stream:<request id>``, where the request id is
+    :func:`~voxcast.engine.request.request_id_for` the job id (the id itself when it follows the
+    request-id rule; distinct job ids never share a stream)."""
+    return STREAM_KEY_PREFIX + request_id_for(job_id)
 
 
 def _text(value: bytes | str | None) -> str | None:

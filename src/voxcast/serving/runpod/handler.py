@@ -38,11 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
-from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request
+from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.messages import audio_messages, error_message, final_message
-from voxcast.serving.runpod.mirror import RedisMirror, safe_id
+from voxcast.serving.runpod.mirror import RedisMirror
 from voxcast.serving.runpod.pump import ThreadPump
 
 if TYPE_CHECKING:
@@ -119,6 +119,9 @@ class RunpodHandler:
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Run one job; yields JSON-able messages (chunks, then a final message or an error)."""
+        if not isinstance(job, Mapping):
+            yield error_message(InvalidRequest("the job must be a JSON object with an input", field="job"))
+            return
         job_id = str(job.get("id") or "local")
         data = job.get("input")
         action = data.get("action", "synthesize") if isinstance(data, Mapping) else "synthesize"
@@ -149,7 +152,7 @@ class RunpodHandler:
     def _parse(self, job_id: str, data: Any) -> SynthesisRequest:
         if isinstance(data, Mapping):
             data = {k: v for k, v in data.items() if k != "action"}
-            data.setdefault("request_id", safe_id(job_id))
+            data.setdefault("request_id", request_id_for(job_id))
         return parse_request(data)
 
     async def _synthesize(self, job_id: str, data: Any) -> AsyncIterator[dict[str, Any]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,21 +20,14 @@ from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import Cancelled, VoxcastError
 from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, stream_key
 
-__all__ = ["RedisMirror", "mirror_key", "safe_id"]
+__all__ = ["RedisMirror", "mirror_key"]
 
 log = logging.getLogger(__name__)
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._:-]")
-
-
-def safe_id(job_id: str) -> str:
-    """``job_id`` mapped into the request-id alphabet ``[A-Za-z0-9._:-]{1,128}`` (RunPod ids already are)."""
-    return (_UNSAFE.sub("-", job_id) or "job")[:128]
-
 
 def mirror_key(job_id: str) -> str:
-    """The Redis Stream key of a RunPod job: ``voxcast:stream:<job id>``."""
-    return stream_key(safe_id(job_id))
+    """The Redis Stream key of a RunPod job: ``voxcast:stream:<request id of the job>``."""
+    return stream_key(job_id)
 
 
 class RedisMirror:
