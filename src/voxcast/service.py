@@ -31,10 +31,11 @@ from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import Timing
-from voxcast.envvars import env_bool, env_int
+from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
+from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
 from voxcast.storage.keys import validate_key
 from voxcast.voices import VoiceRegistry
 
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 CACHE_READ_CHUNK_BYTES = 32 * 1024
 """Chunk size when a cache hit is streamed from storage."""
 
+#: Longest presigned URL lifetime S3 accepts (7 days).
+MAX_URL_EXPIRES_S = 7 * 24 * 3600
 #: How long ``Service.close`` waits for voices still being written to the store.
 _CLOSE_WRITES_S = 30.0
 _RAW_G711 = frozenset({AudioFormat.MULAW, AudioFormat.ALAW})
@@ -60,13 +63,24 @@ class ServiceConfig:
         storage: the blob store configuration (``VOXCAST_S3_*``, ``VOXCAST_STORAGE_DIR``).
         store_audio: store every complete rendering (``VOXCAST_STORE_AUDIO``, on); the final message
             then carries its key instead of the audio.
-        url_expires_s: lifetime of presigned URLs (``VOXCAST_URL_EXPIRES_S``, 3600).
+        url_expires_s: lifetime of presigned URLs (``VOXCAST_URL_EXPIRES_S``, 3600; at most 604800,
+            the 7 days S3 allows).
+        store_guard: deadlines and circuit breaker of the store calls on a request's path
+            (:mod:`voxcast.storage.guard`): ``VOXCAST_CACHE_LOOKUP_MS`` (100: then generation starts
+            and the lookup counts as a miss), ``VOXCAST_STORE_WRITE_S`` (10: then the final message
+            reports the write unconfirmed), ``VOXCAST_STORE_BREAKER_FAILURES`` (3 in a row open it),
+            ``VOXCAST_STORE_BREAKER_COOLDOWN_S`` (30 s skipped, then one probe).
     """
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     store_audio: bool = True
     url_expires_s: int = 3600
+    store_guard: GuardSettings = field(default_factory=GuardSettings)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.url_expires_s <= MAX_URL_EXPIRES_S:
+            raise ValueError(f"VOXCAST_URL_EXPIRES_S must be 1..{MAX_URL_EXPIRES_S} (S3 allows 7 days)")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -74,7 +88,13 @@ class ServiceConfig:
             engine=EngineConfig.from_env(env),
             storage=StorageConfig.from_env(env),
             store_audio=env_bool(env, "VOXCAST_STORE_AUDIO", True),
-            url_expires_s=env_int(env, "VOXCAST_URL_EXPIRES_S", 3600, positive=True),
+            url_expires_s=env_int(env, "VOXCAST_URL_EXPIRES_S", 3600, lo=1, hi=MAX_URL_EXPIRES_S),
+            store_guard=GuardSettings(
+                lookup_s=env_float(env, "VOXCAST_CACHE_LOOKUP_MS", 100.0, positive=True) / 1000,
+                write_s=env_float(env, "VOXCAST_STORE_WRITE_S", 10.0, positive=True),
+                failures=env_int(env, "VOXCAST_STORE_BREAKER_FAILURES", 3, positive=True),
+                cooldown_s=env_float(env, "VOXCAST_STORE_BREAKER_COOLDOWN_S", 30.0, lo=0.0),
+            ),
         )
 
 
@@ -135,6 +155,12 @@ def _wav_samples(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield data
 
 
+def _close_late_hit(hit: CachedStream | None) -> None:
+    """A cache lookup answered after its deadline: the request went on without it."""
+    if hit is not None:
+        hit.close()
+
+
 class ServiceStream(Iterator[EncodedChunk]):
     """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
 
@@ -185,6 +211,7 @@ class Service:
         self.store = store
         self.voices = voices
         self.cache = cache
+        self.store_guard = StoreGuard(config.store_guard, inline=not store.remote)
 
     @classmethod
     def load(cls, config: ServiceConfig) -> Service:
@@ -210,6 +237,7 @@ class Service:
         return cls(config, engine, store, voices, AudioCache(store))
 
     def close(self) -> None:
+        self.store_guard.close()
         self.engine.close()
         self.voices.close(timeout=_CLOSE_WRITES_S)  # voices still being written reach the store first
         self.store.close()
@@ -277,18 +305,32 @@ class Service:
         key = None
         if req.cache and self.cache.cacheable(req):
             key = self.cache.key_for(req, model_identity=self.engine.identity, voice=voice_key or None)
-            hit = self._cache_open(key)
+            hit = self._cache_open(key, timing)
             if hit is not None:
                 yield from self._from_cache(s, key, hit, timing, t0, voice_id)
                 return
         yield from self._from_engine(s, voice, key, timing, t0, voice_id)
 
-    def _cache_open(self, key: str) -> CachedStream | None:
+    def _cache_open(self, key: str, timing: Timing) -> CachedStream | None:
+        """The cached file, or None: a miss, or a store that failed, was too slow or is skipped (the
+        outcome is ``timing.extra["cache_lookup"]``; generation never waits past the deadline)."""
         try:
-            return self.cache.open(key)
+            hit = self.store_guard.lookup(lambda: self.cache.open(key), on_late=_close_late_hit)
         except StorageError as e:
-            log.warning("cache lookup failed for %s: %s", key, e)
+            outcome = (
+                "skipped"
+                if isinstance(e, StoreSkipped)
+                else "timeout"
+                if isinstance(e, StoreTimeout)
+                else "error"
+            )
+            timing.extra["cache_lookup"] = outcome
+            timing.extra["cache_lookup_error"] = str(e)
+            if outcome != "skipped":
+                log.warning("cache lookup %s for %s: %s", outcome, key, e)
             return None
+        timing.extra["cache_lookup"] = "hit" if hit is not None else "miss"
+        return hit
 
     def _from_cache(
         self, s: ServiceStream, key: str, hit: CachedStream, timing: Timing, t0: float, voice_id: str | None
@@ -361,43 +403,51 @@ class Service:
             audio_key, error = self._persist(
                 s, key, stream_to_file(req.response_format, req.sample_rate, streamed), timing
             )
+        error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)
 
     def _persist(
         self, s: ServiceStream, key: str | None, data: bytes, timing: Timing
     ) -> tuple[str | None, str | None]:
-        """Fill the cache (deterministic requests) or store the rendering; never raises StorageError."""
-        fmt = s.request.response_format
-        content_type = file_content_type(fmt)
+        """Fill the cache (deterministic requests) or store the rendering, within the store guard's
+        write deadline; returns ``(key, None)`` or ``(None, error)``, never raises StorageError."""
         meta = {
             "duration_s": f"{timing.audio_s:.3f}",
             "frames": str(timing.frames),
             "request_id": s.request_id,
         }
         try:
-            if key is not None and not timing.runaway:
-                self.cache.fill(key, data, meta, content_type=content_type)
-                return self.cache.blob_key(key), None
-            # Create-once: a render is never replaced by another request's. A request id seen before
-            # (a caller reusing one, a retried job) gets a key with a unique part instead.
-            ext = file_extension(fmt)
-            for blob_key in (
-                f"renders/{s.request_id}.{ext}",
-                f"renders/{s.request_id}-{uuid.uuid4().hex[:12]}.{ext}",
-            ):
-                created = self.store.put_bytes(
-                    validate_key(blob_key),
-                    data,
-                    content_type=content_type,
-                    metadata={k.replace("_", "-"): str(v) for k, v in meta.items()},
-                    if_none_match=True,
-                )
-                if created:
-                    return blob_key, None
-            raise StorageError(f"renders/{s.request_id}: no free key")  # two random keys taken: not expected
+            return self.store_guard.write(lambda: self._write(s, key, data, meta, timing)), None
+        except StoreTimeout as e:
+            log.warning("request %s: storing the audio is not confirmed: %s", s.request_id, e)
+            return None, f"{e}; the write goes on in the background"
         except StorageError as e:
-            log.warning("request %s: storing the audio failed: %s", s.request_id, e)
+            if not isinstance(e, StoreSkipped):
+                log.warning("request %s: storing the audio failed: %s", s.request_id, e)
             return None, str(e)
+
+    def _write(
+        self, s: ServiceStream, key: str | None, data: bytes, meta: dict[str, str], timing: Timing
+    ) -> str:
+        """Fill the cache or store the render; returns the object's key. Raises StorageError."""
+        fmt = s.request.response_format
+        content_type = file_content_type(fmt)
+        if key is not None and not timing.runaway:
+            self.cache.fill(key, data, meta, content_type=content_type)
+            return self.cache.blob_key(key)
+        # Create-once: a render is never replaced by another request's. A request id seen before
+        # (a caller reusing one, a retried job) gets a key with a unique part instead.
+        ext = file_extension(fmt)
+        metadata = {k.replace("_", "-"): str(v) for k, v in meta.items()}
+        for blob_key in (
+            f"renders/{s.request_id}.{ext}",
+            f"renders/{s.request_id}-{uuid.uuid4().hex[:12]}.{ext}",
+        ):
+            if self.store.put_bytes(
+                validate_key(blob_key), data, content_type=content_type, metadata=metadata, if_none_match=True
+            ):
+                return blob_key
+        raise StorageError(f"renders/{s.request_id}: no free key")  # two random keys taken: not expected
 
     def _result(
         self,

@@ -118,6 +118,9 @@ class BlobStream(ABC):
 class BlobStore(ABC):
     """A key -> object store. Implementations are thread-safe."""
 
+    #: Whether calls cross a network and so may hang (request-path calls then get deadlines).
+    remote: bool = False
+
     @abstractmethod
     def put_bytes(
         self,

@@ -98,6 +98,8 @@ class S3BlobStore(BlobStore):
         StorageError: ``check_bucket`` and the bucket is missing, forbidden or unreachable.
     """
 
+    remote = True
+
     def __init__(self, client: Any, bucket: str, *, prefix: str = "", check_bucket: bool = True) -> None:
         self.client = client
         self.bucket = bucket

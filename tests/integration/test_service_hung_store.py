@@ -1,0 +1,90 @@
+"""A hung object store (moto S3 frozen with SIGSTOP) never holds a request's first audio or its end.
+
+Before: a seeded request looked the cache up with S3's timeouts and retries before generating, so
+first audio came after ~50 s. Here the S3 read timeout is 30 s and the lookup deadline 100 ms: the
+request must speak without the store, report the lookup as timed out and the write as unconfirmed,
+and after repeated failures skip the store until a probe finds it answering again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.s3 import MotoServer
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.service import Service, ServiceConfig
+from voxcast.storage.config import open_store
+from voxcast.storage.guard import GuardSettings, StoreGuard
+
+READ_TIMEOUT_S = 30
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Callable[[str], Path]) -> Iterator[Engine]:
+    e = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    yield e
+    e.close()
+
+
+def _speak(service: Service, seed: int) -> tuple[bytes, Any]:
+    """The PCM samples and the result (a streamed WAV's header differs from the stored file's)."""
+    stream = service.synthesize(
+        {"text": "Hello there.", "voice": "ryan", "seed": seed, "max_frames": 4, "response_format": "pcm"}
+    )
+    data = b"".join(c.data for c in stream)
+    return data, stream.result
+
+
+def test_a_frozen_store_neither_delays_first_audio_nor_the_end(
+    engine: Engine, s3_server: MotoServer, s3_bucket: str
+) -> None:
+    store = open_store(
+        s3_server.storage_config(
+            s3_bucket, VOXCAST_S3_READ_TIMEOUT_S=str(READ_TIMEOUT_S), VOXCAST_S3_MAX_ATTEMPTS="1"
+        )
+    )
+    settings = GuardSettings(lookup_s=0.1, write_s=0.5, failures=2, cooldown_s=60)
+    service = Service.assemble(ServiceConfig(store_guard=settings), engine, store)
+    clock = Clock()
+    service.store_guard = StoreGuard(settings, clock=clock)
+    try:
+        first, r = _speak(service, seed=1)  # the store answers: a miss, then a fill
+        assert r.timing.extra["cache_lookup"] == "miss" and r.audio_key and r.cache_error is None
+        again, hit = _speak(service, seed=1)
+        assert hit.timing.extra["cache_lookup"] == "hit" and again == first
+
+        s3_server.freeze()
+        try:
+            audio, r = _speak(service, seed=2)
+            assert audio and r.timing.ttfa_ms < READ_TIMEOUT_S * 1000  # it did not wait for the store
+            assert r.timing.extra["cache_lookup"] == "timeout"
+            assert r.audio_key is None and "goes on in the background" in (r.cache_error or "")
+            assert service.store_guard.state == "open"  # two failures in a row (lookup, write)
+
+            audio, r = _speak(service, seed=3)  # skipped at once: no deadline waited
+            assert audio and r.timing.extra["cache_lookup"] == "skipped"
+            assert r.audio_key is None and "skipped" in (r.cache_error or "")
+            assert service.store_guard.report()["skipped"] == 2  # the lookup and the write
+        finally:
+            s3_server.thaw()
+
+        clock.now += 61  # cooldown over: the next call probes the store, which answers again
+        again, hit = _speak(service, seed=1)
+        assert hit.timing.extra["cache_lookup"] == "hit" and again == first
+        assert service.store_guard.state == "closed"
+    finally:
+        service.store_guard.close()
+        store.close()
