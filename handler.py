@@ -5,14 +5,9 @@ non-zero), then serves jobs with an async generator handler. Configuration is re
 environment (``VOXCAST_*``); see ``voxcast.serving.runpod.main``.
 """
 
-import logging
-import os
-
+from voxcast.logs import setup_logging
 from voxcast.serving.runpod.main import main
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        level=os.environ.get("VOXCAST_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging()  # VOXCAST_LOG_LEVEL, default INFO; credentials in URLs redacted
     raise SystemExit(main())

@@ -5,11 +5,11 @@ loaded and warmed before the first job is taken. Also usable through RQ's CLI:
 ``rq worker -w voxcast.serving.rq.worker.VoxcastWorker -S rq.serializers.JSONSerializer``.
 """
 
-import logging
 import sys
 
+from voxcast.logs import setup_logging
 from voxcast.serving.cli.queue import worker_main
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()  # VOXCAST_LOG_LEVEL, default INFO; credentials in URLs redacted
     sys.exit(worker_main(sys.argv[1:]))

@@ -126,6 +126,44 @@ def test_foreign_object_is_a_clear_error(blob_store: BlobStore) -> None:
         _registry(blob_store, CountingBuilder()).get(vid)
 
 
+def test_a_voice_copied_under_another_id_is_refused(blob_store: BlobStore) -> None:
+    """Before: a prompt + sidecar copied under another ``vx_`` id was served as that voice."""
+    reg = _registry(blob_store, CountingBuilder())
+    vid = reg.register(AUDIO, "x")
+    other = "vx_" + "0" * 32
+    for src, dst in zip(
+        voice_keys(reg.model_identity, vid), voice_keys(reg.model_identity, other), strict=True
+    ):
+        blob_store.put_bytes(dst, blob_store.get_bytes(src), metadata=dict(blob_store.head(src).metadata))  # type: ignore[union-attr]
+    fresh = _registry(blob_store, CountingBuilder())
+    assert fresh.get(vid).ref_text == "x"
+    with pytest.raises(StorageError, match="belongs to"):
+        fresh.get(other)
+
+
+def test_an_untagged_prompt_is_checked_against_its_sidecar(blob_store: BlobStore) -> None:
+    """Prompts stored before they named their voice: the id is recomputed from the sidecar's recipe."""
+    reg = _registry(blob_store, CountingBuilder())
+    vid = reg.register(AUDIO, "x")
+    prompt_key, meta_key = voice_keys(reg.model_identity, vid)
+    tags = {
+        k: v
+        for k, v in blob_store.head(prompt_key).metadata.items()
+        if k not in ("voxcast-voice", "voxcast-sha256")
+    }  # type: ignore[union-attr]
+    data = blob_store.get_bytes(prompt_key)
+    blob_store.put_bytes(prompt_key, data, metadata=tags)
+    assert _registry(blob_store, CountingBuilder()).get(vid).ref_text == "x"  # the recipe gives this id
+    other = "vx_" + "1" * 32
+    o_prompt, o_meta = voice_keys(reg.model_identity, other)
+    blob_store.put_bytes(o_prompt, data, metadata=tags)
+    blob_store.put_bytes(
+        o_meta, blob_store.get_bytes(meta_key), metadata=dict(blob_store.head(meta_key).metadata)
+    )  # type: ignore[union-attr]
+    with pytest.raises(StorageError, match="does not give that id"):
+        _registry(blob_store, CountingBuilder()).get(other)
+
+
 def test_builder_rejection_stores_nothing(blob_store: BlobStore) -> None:
     reg = _registry(blob_store, CountingBuilder())
     with pytest.raises(InvalidRequest):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat, check_format_rate
 from voxcast.errors import InvalidRequest
+from voxcast.ids import REQUEST_ID_RE, REQUEST_ID_RULE, check_request_id, request_id_for
 from voxcast.models.base import SamplingParams
 from voxcast.text.normalize import normalize_text
 
@@ -38,33 +37,6 @@ MAX_TEXT_CHARS = 5000
 
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
-
-
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-"""The one rule for request ids (and RQ job ids, stream names and render keys, which are made from them):
-1-128 letters, digits, ``_`` and ``-``, starting with a letter or digit. It is the intersection of what
-RQ's job ids, Redis key conventions and storage key components accept, so an id that passes here
-works everywhere."""
-
-_REQUEST_ID_RULE = "1-128 letters, digits, '_' or '-', starting with a letter or digit"
-
-
-def check_request_id(value: Any, field: str = "request_id") -> str:
-    """``value`` if it follows :data:`REQUEST_ID_RE`, else :class:`InvalidRequest` naming ``field``."""
-    if not isinstance(value, str) or not REQUEST_ID_RE.match(value):
-        raise InvalidRequest(f"{field}: must be {_REQUEST_ID_RULE}; got {str(value)[:80]!r}", field=field)
-    return value
-
-
-def request_id_for(platform_id: str) -> str:
-    """A request id for an id a platform chose (RunPod or RQ job id): the id itself where it follows
-    :data:`REQUEST_ID_RE`, else its allowed characters (up to 95) plus ``-`` and 32 hex of its SHA-256,
-    so two different ids never map to one (ids that share a 128-character prefix included)."""
-    if REQUEST_ID_RE.match(platform_id):
-        return platform_id
-    kept = re.sub(r"[^A-Za-z0-9_-]", "", platform_id)[:95].lstrip("_-")
-    digest = hashlib.sha256(platform_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{kept}-{digest}" if kept else f"id-{digest}"
 
 
 class SynthesisRequest(BaseModel):
@@ -137,7 +109,7 @@ class SynthesisRequest(BaseModel):
     @classmethod
     def _request_id(cls, v: str | None) -> str | None:
         if v is not None and not REQUEST_ID_RE.match(v):
-            raise ValueError(f"must be {_REQUEST_ID_RULE}")
+            raise ValueError(f"must be {REQUEST_ID_RULE}")
         return v
 
     @field_validator("language")

@@ -259,7 +259,10 @@ class VoiceRegistry(Generic[P]):
     def _persist(self, voice_id: str, data: bytes, meta: VoiceInfo, *, overwrite: bool) -> None:
         prompt_key, meta_key = voice_keys(self.model_identity, voice_id)
         tags = {"voxcast-kind": _KIND, "voxcast-schema": str(VOICE_SCHEMA), "voxcast-model": self._model_hash}
-        self.store.put_bytes(prompt_key, data, metadata=tags, if_none_match=not overwrite)
+        # The prompt names its voice and its content hash: a prompt copied under another id, or
+        # altered, is refused on load (_check_content).
+        prompt_tags = {**tags, "voxcast-voice": voice_id, "voxcast-sha256": sha256_hex(data)}
+        self.store.put_bytes(prompt_key, data, metadata=prompt_tags, if_none_match=not overwrite)
         sidecar = {**meta.to_dict(), "model_identity": self.model_identity, "schema": VOICE_SCHEMA}
         self.store.put_bytes(
             meta_key,
@@ -292,10 +295,12 @@ class VoiceRegistry(Generic[P]):
         prompt_key, _ = voice_keys(self.model_identity, voice_id)
         try:
             with self.store.open_stream(prompt_key) as stream:
-                self._check_tags(voice_id, dict(stream.info.metadata))
+                tags = dict(stream.info.metadata)
+                self._check_tags(voice_id, tags)
                 data = stream.read()
         except BlobNotFound as e:
             raise VoiceNotFound(f"voice {voice_id!r} is not registered", field="voice") from e
+        self._check_content(voice_id, tags, data)
         try:
             prompt = self._loader(data)
         except Exception as e:  # any parse failure of stored bytes is "corrupt", never a crash
@@ -318,6 +323,27 @@ class VoiceRegistry(Generic[P]):
             raise _CorruptVoice(
                 f"voice {voice_id!r} has schema {tags.get('voxcast-schema')!r}; this build reads {VOICE_SCHEMA}"
             )
+
+    def _check_content(self, voice_id: str, tags: dict[str, str], data: bytes) -> None:
+        """The prompt belongs to ``voice_id`` and is intact: by its tags, or for prompts stored
+        before they carried them, by recomputing the id from the sidecar's recipe."""
+        if "voxcast-voice" in tags or "voxcast-sha256" in tags:
+            if tags.get("voxcast-voice") != voice_id:
+                raise _CorruptVoice(
+                    f"the prompt stored as voice {voice_id!r} belongs to {tags.get('voxcast-voice')!r}"
+                )
+            if tags.get("voxcast-sha256") != sha256_hex(data):
+                raise _CorruptVoice(
+                    f"voice {voice_id!r} is stored but corrupt: its content does not match its hash"
+                )
+            return
+        info = self.info(voice_id)
+        if (
+            info.audio_sha256 is None
+            or voice_id_for(self.model_identity, info.audio_sha256, info.ref_text, bool(info.x_vector_only))
+            != voice_id
+        ):
+            raise _CorruptVoice(f"the metadata stored for voice {voice_id!r} does not give that id")
 
     def info(self, voice_id: str) -> VoiceInfo:
         """Provenance of a voice (built-in speakers: just the name).

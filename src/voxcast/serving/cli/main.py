@@ -12,6 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from voxcast.logs import redact, setup_logging
+from voxcast.serving.cli.errors import describe
+
 __all__ = ["main"]
 
 _MODULES = (
@@ -23,7 +26,7 @@ _MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxcast", description="Streaming text-to-speech serving.")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--log-level", help="logging level (default: VOXCAST_LOG_LEVEL or INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _MODULES:
         try:
@@ -37,14 +40,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    return int(args.func(args) or 0)
+    """Run the command line; returns the process exit code.
+
+    Exit codes: 0 success; 1 the work failed (a failed job, a service that cannot be reached); 2 bad
+    input (arguments, request fields, files); 3 a prerender finished with failed prompts; 130
+    interrupted. Errors are one line on stderr (credentials in URLs redacted), never a traceback,
+    unless ``--log-level DEBUG``.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        setup_logging(args.log_level)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        code, message = describe(e)
+        logging.getLogger(__name__).debug("command failed", exc_info=True)
+        print(f"error: {redact(message)}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -24,11 +25,15 @@ from typing import Any, TextIO
 
 import redis
 
-from voxcast.errors import VoxcastError
+from voxcast.errors import InvalidRequest, VoxcastError
+from voxcast.logs import redact
+from voxcast.serving.cli.errors import CommandError, describe
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
 
 __all__ = ["add_parsers", "worker_main"]
+
+log = logging.getLogger(__name__)
 
 _MODEL_FLAGS = (("model", "VOXCAST_MODEL"), ("device", "VOXCAST_DEVICE"), ("dtype", "VOXCAST_DTYPE"))
 
@@ -134,7 +139,21 @@ def _config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Q
 def _client(args: argparse.Namespace) -> Any:
     from voxcast.serving.rq.client import QueueClient
 
-    return QueueClient.connect(_config(args))
+    config = _config(args)
+    _reachable(config.redis_url)
+    return QueueClient.connect(config)
+
+
+def _reachable(url: str, timeout_s: float = 3.0) -> None:
+    """One ping without retries: an unreachable Redis is an error in seconds, not after the
+    client's whole retry budget. Raises CommandError (exit 1)."""
+    probe = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s, retry=None)
+    try:
+        probe.ping()
+    except redis.RedisError as e:
+        raise CommandError(f"cannot reach Redis at {redact(url)}: {e}") from e
+    finally:
+        probe.close()
 
 
 # -- worker ------------------------------------------------------------------------------------------
@@ -149,12 +168,8 @@ def run_worker(args: argparse.Namespace) -> int:
         if getattr(args, flag, None):
             env[name] = getattr(args, flag)
     config = _config(args, env)
+    _reachable(config.redis_url)  # fail fast, before minutes of model loading
     connection = connect(config)
-    try:
-        connection.ping()  # fail fast, before minutes of model loading
-    except redis.RedisError as e:
-        print(f"error: cannot reach Redis at {config.redis_url}: {e}", file=sys.stderr)
-        return 1
     worker = VoxcastWorker(
         list(config.queues),
         connection=connection,
@@ -174,7 +189,16 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     """``python worker.py [flags]``: the same as ``voxcast worker [flags]``."""
     parser = argparse.ArgumentParser(prog="worker.py", description="voxcast RQ worker")
     add_worker_arguments(parser)
-    return run_worker(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return run_worker(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        code, message = describe(e)
+        log.debug("worker failed", exc_info=True)
+        print(f"error: {redact(message)}", file=sys.stderr)
+        return code
 
 
 # -- enqueue / listen ----------------------------------------------------------------------------------
@@ -191,7 +215,13 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     if args.greedy:
         req["greedy"] = True
     if args.request:
-        req.update(json.loads(args.request))
+        try:
+            extra = json.loads(args.request)
+        except json.JSONDecodeError as e:
+            raise InvalidRequest(f"--request is not valid JSON: {e}", field="request") from e
+        if not isinstance(extra, dict):
+            raise InvalidRequest("--request must be a JSON object", field="request")
+        req.update(extra)
     return req
 
 
@@ -269,7 +299,11 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    print(_client(args).cancel(args.job_id))
+    """Print what the cancel did (cancelled, cancelling, or the status of a job that had ended)."""
+    outcome = _client(args).cancel(args.job_id)
+    if outcome == "unknown":
+        raise CommandError(f"no job {args.job_id!r} (unknown or expired)")
+    print(outcome)
     return 0
 
 

@@ -30,16 +30,20 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Callback, Job, JobStatus, Retry
 from rq.serializers import JSONSerializer
 
-from voxcast.engine.request import check_request_id, parse_request
+from voxcast.engine.request import parse_request
+from voxcast.ids import check_request_id
 from voxcast.serving.rq.config import QueueConfig, connect
 from voxcast.serving.rq.jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
 
-__all__ = ["JobFailed", "QueueClient", "StreamCapture"]
+__all__ = ["CANCELLED", "JobFailed", "QueueClient", "StreamCapture"]
+
+#: The status :meth:`QueueClient.status` gives a cancelled job (queued or running when cancelled).
+CANCELLED = "cancelled"
 
 
 class JobFailed(RuntimeError):
-    """A job ended failed, cancelled or stopped. ``error`` is the structured error when known."""
+    """A job ended failed or stopped. ``error`` is the structured error when known."""
 
     def __init__(self, job_id: str, status: str, error: Mapping[str, Any] | None, exc: str | None) -> None:
         detail = (error or {}).get("message") or (exc or "").strip().splitlines()[-1:] or [status]
@@ -261,10 +265,18 @@ class QueueClient:
         status = job.get_status(refresh=False)
         latest = job.latest_result()
         failed = status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+        result = latest.return_value if latest is not None and not failed else None
+        name = str(status.value if status is not None else "unknown")
+        # One word for a cancelled job, whether it was cancelled queued (RQ: canceled) or running
+        # (RQ: finished, with a result that says cancelled).
+        if status is JobStatus.CANCELED or (
+            status is JobStatus.FINISHED and isinstance(result, dict) and result.get("status") == CANCELLED
+        ):
+            name = CANCELLED
         return {
-            "status": str(status.value if status is not None else "unknown"),
+            "status": name,
             "meta": dict(job.meta),
-            "result": latest.return_value if latest is not None and not failed else None,
+            "result": result,
             "error": job.meta.get("error"),
             "exc": latest.exc_string if latest is not None and failed else None,
         }
@@ -281,7 +293,9 @@ class QueueClient:
             st = self.status(job_id)
             if st["status"] == JobStatus.FINISHED.value:
                 return dict(st["result"] or {})
-            if st["status"] in (JobStatus.FAILED.value, JobStatus.STOPPED.value, JobStatus.CANCELED.value):
+            if st["status"] == CANCELLED:
+                return dict(st["result"] or {"job_id": job_id, "status": CANCELLED})
+            if st["status"] in (JobStatus.FAILED.value, JobStatus.STOPPED.value):
                 raise JobFailed(job_id, st["status"], st["error"], st["exc"])
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {st['status']} after {timeout_s:.0f} s")
@@ -295,20 +309,25 @@ class QueueClient:
         queued job is removed from its queue and its stream is ended here.
 
         Returns:
-            The job status seen when cancelling (``queued``, ``started``, ``finished``... or ``unknown``).
+            What the cancel did: ``cancelled`` (it was waiting: it will not run), ``cancelling`` (it
+            is running: it stops within a chunk), the job's status when it had already ended
+            (``finished``, ``failed``, ``cancelled``), or ``unknown`` (no such job, or expired).
         """
-        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
         try:
             job = self.job(job_id)
         except NoSuchJobError:
             return "unknown"
+        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
         status = job.get_status(refresh=False)
         if status in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
             job.cancel()
             StreamPublisher(self.redis, stream_key(job_id), self.config.stream).cancelled(
                 "cancelled before start"
             )
-        return str(status.value if status is not None else "unknown")
+            return CANCELLED
+        if status is JobStatus.STARTED:
+            return "cancelling"
+        return str(self.status(job_id)["status"])
 
     def progress(self, job_id: str) -> dict[str, Any]:
         """The ``progress`` meta of a prerender job (``{}`` before the first update)."""

@@ -39,7 +39,7 @@ from typing import Any
 
 import redis
 
-from voxcast.engine.request import request_id_for
+from voxcast.ids import request_id_for
 
 __all__ = [
     "DEFAULT_LIVE_TTL_S",

@@ -1,0 +1,62 @@
+"""Process logging set-up shared by every entry point, and credential redaction.
+
+:func:`setup_logging` configures the root logger once (level from the argument or
+``VOXCAST_LOG_LEVEL``, default INFO) and installs :class:`RedactingFilter` on its handlers, so a URL
+with credentials (``redis://:PASSWORD@host/0``, ``https://user:secret@endpoint``) never reaches a log
+line in clear, whoever logs it (voxcast, RQ, botocore). Code that prints to the terminal runs its
+text through :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import TextIO
+
+__all__ = ["RedactingFilter", "redact", "setup_logging"]
+
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: ``scheme://[user]:password@``: the password is replaced, the user name is kept.
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):(?P<secret>[^@/\s]+)@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` replaced by ``***``."""
+    return _USERINFO.sub(r"\g<head>:***@", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record whose formatted message (or traceback) holds credentials in a URL."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            text = logging.Formatter().formatException(record.exc_info)
+            if redact(text) != text:  # the traceback names a secret: keep it, redacted, as text
+                record.msg = f"{record.getMessage()}\n{redact(text)}"
+                record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+def setup_logging(level: str | int | None = None, *, stream: TextIO | None = None) -> None:
+    """Configure the root logger (first call wins, as :func:`logging.basicConfig`) and redact URLs.
+
+    Raises:
+        ValueError: an unknown level name, naming ``VOXCAST_LOG_LEVEL``.
+    """
+    chosen = level if level is not None else os.environ.get("VOXCAST_LOG_LEVEL", "INFO")
+    if isinstance(chosen, str):
+        name = chosen.strip().upper()
+        if not isinstance(logging.getLevelName(name), int):
+            raise ValueError(f"VOXCAST_LOG_LEVEL / --log-level {chosen!r} is not a logging level")
+        chosen = name
+    logging.basicConfig(level=chosen, format=_FORMAT, stream=stream or sys.stderr)
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -1,0 +1,31 @@
+"""How a ``voxcast`` command ends on an error: one line, an exit code (see :func:`voxcast.serving.cli.main.main`)."""
+
+from __future__ import annotations
+
+from voxcast.errors import InvalidRequest, VoxcastError
+
+__all__ = ["CommandError", "describe"]
+
+
+class CommandError(Exception):
+    """``voxcast`` prints ``error: <message>`` and exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def describe(e: Exception) -> tuple[int, str]:
+    """(exit code, one-line message) of an error that ended a command."""
+    if isinstance(e, CommandError):
+        return e.code, str(e)
+    if isinstance(e, VoxcastError):
+        field = f"{e.field}: " if e.field and not e.message.startswith(f"{e.field}:") else ""
+        return (2 if isinstance(e, InvalidRequest) else 1), f"{field}{e.message}"
+    if type(e).__module__.split(".")[0] == "redis":  # redis is an optional extra
+        return 1, f"Redis: {type(e).__name__}: {e}"
+    if isinstance(e, FileNotFoundError):
+        return 2, f"no such file: {e.filename}"
+    if isinstance(e, (OSError, ValueError)):
+        return 2, f"{e}"
+    return 1, f"{type(e).__name__}: {e}"

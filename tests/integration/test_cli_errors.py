@@ -1,0 +1,85 @@
+"""``voxcast`` ends bad input and unreachable services with one line on stderr and a documented exit
+code, never a traceback, and never prints a password from a URL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.procs import free_port
+from voxcast.logs import RedactingFilter, redact
+from voxcast.serving.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-PASSWORD"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _unreachable() -> str:
+    return f"redis://:{SECRET}@127.0.0.1:{free_port()}/0"
+
+
+@pytest.mark.parametrize("command", [["enqueue", "hi"], ["status", "j1"], ["cancel", "j1"], ["listen", "j1"]])
+def test_an_unreachable_redis_is_one_redacted_line(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    code, err = _run(capsys, *command, "--redis-url", _unreachable())
+    assert code == 1 and "Traceback" not in err and SECRET not in err
+    assert err.startswith("error: cannot reach Redis at redis://:***@127.0.0.1:") and err.count("\n") == 1
+
+
+def test_worker_py_with_a_password_in_its_url_never_prints_it() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "worker.py"), "--redis-url", _unreachable()],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and SECRET not in proc.stderr + proc.stdout
+    assert "cannot reach Redis at redis://:***@" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [('{"text": ', "request"), ("[1, 2]", "request"), ('{"sampling": 5, "seed": 1}', "sampling")],
+)
+def test_bad_request_json_is_an_invalid_request(
+    capsys: pytest.CaptureFixture[str], redis_url: str, extra: str, field: str
+) -> None:
+    code, err = _run(capsys, "enqueue", "hi", "--redis-url", redis_url, "--request", extra)
+    assert code == 2 and f'"field": "{field}"' in err and "Traceback" not in err
+
+
+def test_missing_manifest_and_unknown_job(
+    capsys: pytest.CaptureFixture[str], redis_url: str, tmp_path: Path
+) -> None:
+    code, err = _run(
+        capsys, "prerender", str(tmp_path / "nope.csv"), "--library", "x", "--redis-url", redis_url
+    )
+    assert (code, err) == (2, f"error: no such file: {tmp_path / 'nope.csv'}\n")
+    code, err = _run(capsys, "cancel", "no-such-job", "--redis-url", redis_url)
+    assert code == 1 and err == "error: no job 'no-such-job' (unknown or expired)\n"
+
+
+def test_log_records_are_redacted() -> None:
+    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "connecting to %s", (_unreachable(),), None)
+    RedactingFilter().filter(record)
+    assert SECRET not in record.getMessage() and ":***@127.0.0.1" in record.getMessage()
+    try:
+        raise ConnectionError(f"failed: https://user:{SECRET}@s3.example.com/bucket")
+    except ConnectionError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom", None, sys.exc_info())
+    RedactingFilter().filter(record)
+    assert SECRET not in record.getMessage() and "https://user:***@s3.example.com" in record.getMessage()
+    assert (
+        redact("redis://localhost:6379/0 and redis://h:6379") == "redis://localhost:6379/0 and redis://h:6379"
+    )
