@@ -88,13 +88,13 @@ def test_server_stopped_during_streaming_read(s3_server: MotoServer, s3_bucket: 
 def test_corrupt_local_object(local_store: LocalBlobStore) -> None:
     local_store.put_bytes("k", b"hello", metadata={"a": "b"})
     path = local_store.root / "k"
-    path.write_bytes(b"garbage that is not a blob file")
-    with pytest.raises(StorageError, match="not a voxcast blob"):
+    path.write_bytes(b"garbage that is not what was stored")  # the sidecar's size no longer matches
+    with pytest.raises(StorageError, match="does not match its metadata"):
         local_store.get_bytes("k")
     with pytest.raises(StorageError):
         local_store.head("k")
-    path.write_bytes(path.read_bytes()[:3])
-    with pytest.raises(StorageError):
+    (local_store.root / ".meta" / "k.json").write_bytes(b"{not json")
+    with pytest.raises(StorageError, match="corrupt metadata"):
         local_store.get_bytes("k")
 
 

@@ -25,7 +25,7 @@ def describe(e: Exception) -> tuple[int, str]:
     if type(e).__module__.split(".")[0] == "redis":  # redis is an optional extra
         return 1, f"Redis: {type(e).__name__}: {e}"
     if isinstance(e, FileNotFoundError):
-        return 2, f"no such file: {e.filename}"
+        return 2, f"no such file: {e.filename}" if e.filename else str(e)
     if isinstance(e, (OSError, ValueError)):
         return 2, f"{e}"
     return 1, f"{type(e).__name__}: {e}"

@@ -21,6 +21,7 @@ _MODULES = (
     "voxcast.serving.cli.synth",
     "voxcast.serving.cli.testmodel",
     "voxcast.serving.cli.queue",
+    "voxcast.serving.cli.store",
 )
 
 

@@ -1,0 +1,42 @@
+"""Store commands of ``voxcast``: export a library (or any prefix) as plain files or an archive.
+
+::
+
+    voxcast export libraries/acme/ ./acme            # a directory of mulaw8k/*.wav, mp3/*.mp3, ...
+    voxcast export libraries/acme/mulaw8k/ acme-mulaw.zip
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "export",
+        help="copy stored objects under a prefix (e.g. libraries/<name>/) to a directory or archive",
+        description="Works on the configured store: S3 (VOXCAST_S3_BUCKET) or the local directory "
+        "(VOXCAST_STORAGE_DIR). Keys are written relative to the prefix's last '/'.",
+    )
+    p.add_argument("prefix", help="key prefix, e.g. libraries/acme/ or renders/")
+    p.add_argument("dest", type=Path, help="a directory, or an archive named .zip, .tar, .tar.gz or .tgz")
+    p.set_defaults(func=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from voxcast.storage.config import StorageConfig, open_store
+    from voxcast.storage.export import export_prefix
+
+    store = open_store(StorageConfig.from_env(os.environ))
+    try:
+        report = export_prefix(store, args.prefix, args.dest)
+    finally:
+        store.close()
+    print(json.dumps({"dest": report.dest, "files": report.files, "bytes": report.bytes}))
+    return 0
