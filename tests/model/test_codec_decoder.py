@@ -189,6 +189,8 @@ def test_folded_weights_follow_weight_changes(tokenizer_dir: Path, param: str) -
     with torch.no_grad():
         dec.get_parameter(param).add_(0.3)
         fresh.load_state_dict(dec.state_dict())
+    fresh.prepare()  # the same kernel choice as ``dec`` (made once per process), so the same bits
+    assert (fresh.small_gemm or {}).get("onednn") == (dec.small_gemm or {}).get("onednn")
     after = dec.decode_offline(codes)
     assert np.abs(after - before).max() > 1e-4
     assert np.array_equal(after, fresh.decode_offline(codes))
@@ -214,6 +216,27 @@ def test_gemm_and_direct_conv_paths_agree(
         monkeypatch.setattr(CausalConv, "gemm_max_ratio", 1e9 if on else 0.0)
 
     _same_audio_both_ways(decoder, long_case[0][:30], every_conv_a_gemm)
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")
+def test_the_kernel_choice_is_made_once_per_process(
+    tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two decoders built in one process compute the same bits even when a second timing would
+    have chosen the other kernel (a loaded machine): the first measurement is reused."""
+    from voxcast.kernels import rows_linear
+
+    timings = iter([(10.0, 1.0), (1.0, 10.0)])  # first: oneDNN far faster; then: far slower
+    monkeypatch.setattr(rows_linear, "time_both", lambda *a, **k: next(timings))
+    monkeypatch.setattr(rows_linear, "_CHOSEN", {})
+    first, second = load_codec_decoder(tokenizer_dir), load_codec_decoder(tokenizer_dir)
+    assert first.small_gemm is not None and second.small_gemm is not None
+    assert first.small_gemm["onednn"] and second.small_gemm["onednn"] and second.small_gemm["reused"]
+    codes = _codes(6, 11)
+    assert np.array_equal(first.decode_offline(codes), second.decode_offline(codes))
+    rows_linear.forget_kernel_choices()  # a fresh measurement takes the (now slower) timing
+    third = load_codec_decoder(tokenizer_dir)
+    assert third.small_gemm is not None and not third.small_gemm["onednn"] and not third.small_gemm["reused"]
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN")

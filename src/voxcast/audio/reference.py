@@ -6,6 +6,10 @@ Channels are averaged (as the official wrapper does). Other rates are resampled 
 wrapper's ``librosa.resample`` does by default (``res_type="soxr_hq"``, ``fix=True``), so reference
 codes and x-vectors match the official ones for any input rate, not only 24 kHz.
 
+Decoding is bounded: the header's rate, channel count and declared length are checked before a
+sample is decoded, blocks are downmixed as they are read and decoding stops past ``MAX_DURATION_S``,
+so a small compressed file that declares an hour of 96 kHz audio costs neither memory nor time.
+
 Limits are documented constants; every rejection is an
 :class:`~voxcast.errors.InvalidRequest` with ``field="ref_audio"``.
 """
@@ -22,9 +26,12 @@ import soundfile as sf
 import soxr
 
 from voxcast.errors import InvalidRequest
+from voxcast.memory import trim_heap
 
 __all__ = [
+    "MAX_CHANNELS",
     "MAX_DURATION_S",
+    "MAX_SAMPLE_RATE",
     "MIN_DURATION_S",
     "SAMPLE_RATE",
     "SILENCE_PEAK",
@@ -48,8 +55,66 @@ MAX_INPUT_BYTES = 64 * 1024 * 1024
 _FIELD = "ref_audio"
 
 
-def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int]:
-    """Decode to float32 [frames, channels] and the file's rate."""
+#: Highest accepted sample rate (Hz) and channel count, checked from the header before decoding.
+MAX_SAMPLE_RATE = 192_000
+MAX_CHANNELS = 8
+#: Frames decoded per block: each block is downmixed at once, so decoding holds one mono copy.
+_BLOCK_FRAMES = 65_536
+#: After a decode that allocated more than this (bytes), free heap pages go back to the OS.
+_TRIM_AFTER_BYTES = 16 * 1024 * 1024
+
+
+def _open(source: io.BytesIO | str) -> sf.SoundFile:
+    try:
+        return sf.SoundFile(source)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise InvalidRequest(
+            f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}",
+            field=_FIELD,
+        ) from e
+
+
+def _check_header(f: sf.SoundFile) -> int:
+    """Refuse what the header declares before decoding a sample; returns the frame budget."""
+    sr, channels = int(f.samplerate), int(f.channels)
+    if not 0 < sr <= MAX_SAMPLE_RATE:
+        raise InvalidRequest(
+            f"reference audio sample rate {sr} Hz is outside 1..{MAX_SAMPLE_RATE}", field=_FIELD
+        )
+    if not 0 < channels <= MAX_CHANNELS:
+        raise InvalidRequest(f"reference audio has {channels} channels; at most {MAX_CHANNELS}", field=_FIELD)
+    # A header may understate or omit its length (streamed FLAC, OGG, MP3 estimates), so the declared
+    # length is checked here and the decode below stops at the budget whatever the header said.
+    budget = math.ceil(MAX_DURATION_S * sr) + 1
+    declared = int(f.frames)
+    if 0 < declared < 2**62 and declared > budget:
+        raise InvalidRequest(
+            f"reference audio is too long ({declared / sr:.1f} s declared; at most {MAX_DURATION_S:g} s)",
+            field=_FIELD,
+        )
+    return budget
+
+
+def _read_mono(f: sf.SoundFile, budget: int) -> np.ndarray:
+    """Decode block by block, downmixing each (the channel average the official wrapper takes), and
+    stop past ``budget`` frames: memory stays one mono copy of at most ``MAX_DURATION_S`` seconds."""
+    blocks: list[np.ndarray] = []
+    total = 0
+    while True:
+        block = f.read(min(_BLOCK_FRAMES, budget + 1 - total), dtype="float32", always_2d=True)
+        if block.shape[0] == 0:
+            break
+        blocks.append(block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0].copy())
+        total += block.shape[0]
+        if total > budget:
+            raise InvalidRequest(
+                f"reference audio is too long (more than {MAX_DURATION_S:g} s)", field=_FIELD
+            )
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
+
+
+def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int, int]:
+    """Decode to float32 mono, the file's rate and its channel count, within the documented limits."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         raw = bytes(data)
         if not raw:
@@ -64,14 +129,16 @@ def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int]:
         if path.stat().st_size == 0:
             raise InvalidRequest("reference audio is empty (0 bytes)", field=_FIELD)
         source = str(path)
-    try:
-        audio, sr = sf.read(source, dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        raise InvalidRequest(
-            f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}",
-            field=_FIELD,
-        ) from e
-    return audio, int(sr)
+    with _open(source) as f:
+        budget = _check_header(f)
+        try:
+            mono = _read_mono(f, budget)
+        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+            raise InvalidRequest(f"reference audio could not be decoded: {e}", field=_FIELD) from e
+        finally:
+            if budget * 4 * int(f.channels) > _TRIM_AFTER_BYTES:
+                trim_heap()
+        return mono, int(f.samplerate), int(f.channels)
 
 
 def _resample(wav: np.ndarray, sr: int) -> np.ndarray:
@@ -151,9 +218,9 @@ def load_reference_audio(data: bytes | str | Path) -> np.ndarray:
     Raises:
         InvalidRequest: (field "ref_audio") empty, undecodable, silent, too short or too long.
     """
-    audio, sr = _decode(data)
-    wav = prepare_reference_audio(audio, sr)
+    mono, sr, channels = _decode(data)
+    wav = prepare_reference_audio(mono, sr)
     logger.debug(
-        "reference audio: %d Hz x %d ch -> %.2f s at 24 kHz", sr, audio.shape[1], wav.shape[0] / SAMPLE_RATE
+        "reference audio: %d Hz x %d ch -> %.2f s at 24 kHz", sr, channels, wav.shape[0] / SAMPLE_RATE
     )
     return wav

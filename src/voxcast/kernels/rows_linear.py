@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ __all__ = [
     "F32_ROWS_MAX",
     "MAX_SPLIT_ROWS",
     "Linear",
+    "forget_kernel_choices",
     "kernel_choice",
     "onednn_available",
     "onednn_gemm",
@@ -53,6 +54,7 @@ __all__ = [
     "time_both",
     "use_onednn_rows",
     "use_split_rows",
+    "weight_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -225,13 +227,29 @@ def time_both(aten: Callable[[], object], onednn: Callable[[], object], reps: in
     return a, o
 
 
+#: First measurement per key in this process (:func:`kernel_choice`).
+_CHOSEN: dict[Hashable, dict[str, object]] = {}
+
+
 def kernel_choice(
-    what: str, aten: Callable[[], object], onednn: Callable[[], object], reps: int = 8, margin: float = 0.9
+    what: str,
+    aten: Callable[[], object],
+    onednn: Callable[[], object],
+    reps: int = 8,
+    margin: float = 0.9,
+    key: Hashable | None = None,
 ) -> dict[str, object]:
     """Time both kernels (:func:`time_both`); oneDNN is chosen when it takes at most ``margin`` of the time.
 
-    Returns ``{"aten_ms", "onednn_ms", "onednn"}`` and logs it, naming ``what`` was measured.
+    The two kernels round differently, so a choice decides bits. With ``key`` (e.g. the weight's
+    shape, dtype and the thread count), the first measurement for that key in this process is
+    reused: two modules of one shape then always run the same kernel and compute the same bits,
+    however loaded the machine was when each was built (a second timing could choose differently).
+
+    Returns ``{"aten_ms", "onednn_ms", "onednn", "reused"}`` and logs it, naming ``what`` was measured.
     """
+    if key is not None and (key, what) in _CHOSEN:
+        return {**_CHOSEN[key, what], "reused": True}
     aten_ms, onednn_ms = time_both(aten, onednn, reps)
     choice = onednn_ms <= margin * aten_ms
     logger.info(
@@ -241,7 +259,20 @@ def kernel_choice(
         onednn_ms,
         "oneDNN" if choice else "PyTorch's",
     )
-    return {"aten_ms": aten_ms, "onednn_ms": onednn_ms, "onednn": choice}
+    out: dict[str, object] = {"aten_ms": aten_ms, "onednn_ms": onednn_ms, "onednn": choice, "reused": False}
+    if key is not None:
+        _CHOSEN[key, what] = out
+    return out
+
+
+def forget_kernel_choices() -> None:
+    """Drop the remembered choices (tests; the next :func:`kernel_choice` measures again)."""
+    _CHOSEN.clear()
+
+
+def weight_key(weight: Tensor, *extra: Hashable) -> tuple[Hashable, ...]:
+    """A :func:`kernel_choice` key for a product through ``weight``: shape, dtype, device, threads."""
+    return (tuple(weight.shape), str(weight.dtype), str(weight.device), torch.get_num_threads(), *extra)
 
 
 def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str, object]:
@@ -256,6 +287,7 @@ def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str
         lambda: rows_linear(x, weight, None, False),
         lambda: rows_linear(x, weight, None, True),
         reps,
+        key=weight_key(weight, rows),
     )
 
 

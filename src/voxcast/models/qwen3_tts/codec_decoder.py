@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from voxcast.kernels.rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags
+from voxcast.kernels.rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags, weight_key
 
 from .codec_layers import (
     Attention,
@@ -115,7 +115,11 @@ class CodecDecoder(nn.Module):
             return None
         x = torch.randn(w.shape[1], 5)
         out = kernel_choice(
-            "codec short GEMMs", lambda: torch.mm(w, x), lambda: onednn_gemm(w, None, x), reps=4
+            "codec short GEMMs",
+            lambda: torch.mm(w, x),
+            lambda: onednn_gemm(w, None, x),
+            reps=4,
+            key=weight_key(w),  # one choice per process: every decoder of this shape computes the same bits
         )
         set_flags(self, "onednn_small", bool(out["onednn"]))
         return out
