@@ -9,8 +9,8 @@ python -m pip install -q --disable-pip-version-check torch==2.13.0 -e ".[serve]"
 export VOXCAST_STORAGE_DIR="${VOXCAST_STORAGE_DIR:-$PWD/.cache/store}"
 model="${VOXCAST_MODEL:-}"
 if [ -z "$model" ]; then
-    model="$PWD/.cache/demo-model"
-    [ -f "$model/config.json" ] || voxcast make-test-model --kind custom_voice --size tiny --out "$model"
+    model="$PWD/.cache/demo-model-ends"  # a tiny checkpoint whose speech ends by itself (--ends-speech)
+    [ -f "$model/config.json" ] || voxcast make-test-model --kind custom_voice --size tiny --ends-speech --out "$model"
 fi
 voxcast synth "${1:-Hello from voxcast. This is streaming speech.}" --model "$model" --voice ryan \
-    --seed 7 --out demo.wav
+    --seed 8 --out demo.wav

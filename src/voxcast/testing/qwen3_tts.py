@@ -43,6 +43,12 @@ SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
 #: drew it about once in 60 seeds, and a test expecting 40 frames got 32. Tests that want early ends
 #: scale the row back up (tests/fixtures/models.py: eos_prone_copy).
 TINY_EOS_SCALE = 0.25
+#: Demo checkpoints (``ends_speech``) scale the row by this instead: measured on the seed-0 tiny
+#: CustomVoice checkpoint with the demo sentence (45 characters, ~3 s of real speech), seed 8 (the
+#: demo's) ended by end-of-speech after 37 frames (3.0 s) and greedy decoding after 36; over seeds
+#: 0-11 the lengths ranged 2-77 frames, and seed 7 ran to the limit. A random model cannot read, so the length is not
+#: tied to the text; what the demo needs is the normal path: speech that ends, gets cached, replays.
+DEMO_EOS_SCALE = 3.0
 
 #: Where the published configs and tokenizer live (``$VOXCAST_QWEN3_REFERENCE`` overrides).
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "qwen3-tts-reference"
@@ -236,7 +242,9 @@ def _write_small_tokenizer(out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=2) + "\n", encoding="utf-8")
 
 
-def make_test_model(out_dir: str | Path, kind: str, size: str = "tiny", seed: int = 0) -> Path:
+def make_test_model(
+    out_dir: str | Path, kind: str, size: str = "tiny", seed: int = 0, *, ends_speech: bool = False
+) -> Path:
     """Write a random-weight checkpoint folder in the official layout.
 
     Args:
@@ -244,6 +252,8 @@ def make_test_model(out_dir: str | Path, kind: str, size: str = "tiny", seed: in
         kind: "base", "custom_voice" or "voice_design".
         size: "tiny", "tiny-1.7b", "0.6b" or "1.7b" (see the module docstring).
         seed: the same seed gives the same weights; the global RNG is not touched.
+        ends_speech: a tiny checkpoint whose speech ends by end-of-speech (:data:`DEMO_EOS_SCALE`)
+            instead of running to the frame limit (:data:`TINY_EOS_SCALE`, what tests expect).
 
     Returns:
         ``out_dir`` as a Path.
@@ -260,7 +270,8 @@ def make_test_model(out_dir: str | Path, kind: str, size: str = "tiny", seed: in
     full = not size.startswith("tiny")
     state = _random_state(config, seed, torch.bfloat16 if full else torch.float32)
     if not full:
-        state["talker.codec_head.weight"][config.talker.codec_eos_token_id] *= TINY_EOS_SCALE
+        scale = DEMO_EOS_SCALE if ends_speech else TINY_EOS_SCALE
+        state["talker.codec_head.weight"][config.talker.codec_eos_token_id] *= scale
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     del state
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from voxcast.audio.formats import AudioFormat
-from voxcast.errors import VoxcastError
+from voxcast.serving.cli.errors import CommandError
 
 __all__ = ["add_parsers"]
 
@@ -43,16 +43,24 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--ref-audio", type=Path, help="reference audio file for cloning (Base models)")
     p.add_argument("--ref-text", help="transcript of the reference audio (ICL cloning)")
     p.add_argument("--instruct", help="style instruction / voice description")
-    p.add_argument("--language", default="auto")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--greedy", action="store_true")
-    p.add_argument("--sample-rate", type=int, default=24000)
+    p.add_argument("--language", default="auto", help="language name or auto (default auto)")
+    p.add_argument(
+        "--seed", type=int, help="sampling seed: the same seed gives the same audio (and cacheable)"
+    )
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic, cacheable)")
+    p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
     p.add_argument("--format", choices=[f.value for f in AudioFormat], help="override the extension")
     p.add_argument("--device", help="auto, cpu, cuda (default: VOXCAST_DEVICE)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 (default: VOXCAST_DTYPE)")
-    p.add_argument("--no-warmup", action="store_true", help="skip warm-up (first request is then cold)")
+    p.add_argument(
+        "--warmup",
+        action="store_true",
+        help="warm every request path up first, as a server does (a one-shot run skips it: its own "
+        "request is the only one, and it warms its own path; VOXCAST_WARMUP=1 does the same)",
+    )
+    p.add_argument("--no-warmup", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
-    p.add_argument("--max-frames", type=int)
+    p.add_argument("--max-frames", type=int, help="frame limit (12.5 frames a second)")
     p.set_defaults(func=run)
 
 
@@ -61,8 +69,11 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     for flag, name in (("model", "VOXCAST_MODEL"), ("device", "VOXCAST_DEVICE"), ("dtype", "VOXCAST_DTYPE")):
         if getattr(args, flag):
             env[name] = getattr(args, flag)
-    if args.no_warmup:
-        env["VOXCAST_WARMUP"] = "0"
+    # One request, one stream: warm nothing but its own path, record batch-1 steps only.
+    env["VOXCAST_WARMUP"] = (
+        "1" if args.warmup else env.get("VOXCAST_WARMUP", "0") if not args.no_warmup else "0"
+    )
+    env.setdefault("VOXCAST_MAX_ACTIVE", "1")
     return env
 
 
@@ -85,20 +96,17 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from voxcast.audio.encode import stream_to_file
+    from voxcast.engine.request import parse_request
     from voxcast.service import Service, ServiceConfig
 
     out = Path(args.out)
     fmt = AudioFormat(args.format) if args.format else _EXTENSIONS.get(out.suffix.lower())
     if fmt is None:
-        print(f"error: cannot tell the format from {out.suffix!r}; use --format", file=sys.stderr)
-        return 2
+        raise CommandError(f"cannot tell the format from {out.suffix!r}; use --format", code=2)
+    request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
+    service = Service.load(ServiceConfig.from_env(_env(args)))
     try:
-        service = Service.load(ServiceConfig.from_env(_env(args)))
-    except VoxcastError as e:
-        print(f"error: {e.message}", file=sys.stderr)
-        return 1
-    try:
-        stream = service.synthesize(_request(args, fmt), store=False)
+        stream = service.synthesize(request, store=False)
         t0 = time.perf_counter()
         parts = []
         for chunk in stream:
@@ -118,8 +126,5 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    except VoxcastError as e:
-        print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
-        return 1
     finally:
         service.close()

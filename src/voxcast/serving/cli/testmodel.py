@@ -49,6 +49,13 @@ def add_parser(sub: Any) -> None:
         default=int(env.get("VOXCAST_TESTMODEL_SEED", "0")),
         help="weights seed (env VOXCAST_TESTMODEL_SEED; default 0)",
     )
+    p.add_argument(
+        "--ends-speech",
+        action="store_true",
+        help="a tiny checkpoint whose speech ends by itself (end-of-speech drawn within a few seconds, "
+        "as a real model's would; the demo uses it). Default: tiny checkpoints run to their frame limit, "
+        "which tests rely on",
+    )
     p.set_defaults(func=run)
 
 
@@ -61,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        out = make_test_model(args.out, args.kind, args.size, seed=args.seed)
+        out = make_test_model(args.out, args.kind, args.size, seed=args.seed, ends_speech=args.ends_speech)
     except ValueError as e:
         print(f"make-test-model: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ after warm-up and written into every benchmark's JSON).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -89,10 +90,29 @@ class AccelReport:
         return asdict(self)
 
 
+#: Talkers with fewer weight bytes than this (the tiny test and demo checkpoints, ~37 MB) skip the
+#: kernels voxcast compiles (C++: int8 and float32 row kernels, fused operations) unless a setting
+#: asks for them: their decode steps take well under a millisecond, so nothing can be gained, while
+#: building the library on a fresh machine took 97 s. Real checkpoints are 0.6B (~1.8 GB) and up.
+NATIVE_MIN_BYTES = 256 * 1024 * 1024
+
+
+def _small(talker: Talker) -> bool:
+    return sum(p.numel() * p.element_size() for p in talker.parameters()) < NATIVE_MIN_BYTES
+
+
 def apply(model: Qwen3TTS, cfg: AccelConfig) -> AccelReport:
     """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load."""
     talker = model.talker
     report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
+    if _small(talker):  # what is left to measurement stays on PyTorch's kernels: no compile
+        cfg = dataclasses.replace(
+            cfg,
+            int8_kernel=False if cfg.int8_kernel is None else cfg.int8_kernel,
+            fused_ops=False if cfg.fused_ops is None else cfg.fused_ops,
+            f32_rows=False if cfg.f32_rows is None else cfg.f32_rows,
+        )
+        logger.info("small model: voxcast's compiled kernels are not used (nothing to gain; no build)")
     if cfg.quant == "int8":
         from voxcast.models.qwen3_tts.accel.quant import quantize_int8
 
