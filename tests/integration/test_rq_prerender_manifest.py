@@ -119,13 +119,22 @@ def _speech_like(sr: int = 24000) -> np.ndarray:
     return np.concatenate([silence, tone, silence]).astype(np.float32)
 
 
-def test_postprocess_trims_and_normalises() -> None:
+def test_postprocess_trims_and_leaves_the_level_to_each_preset() -> None:
     x = _speech_like()
-    y, facts = postprocess(x, PostProcess(loudness_lufs=-20.0, pad_ms=50.0))
+    y, facts = postprocess(x, PostProcess(loudness_lufs=-20.0, pad_ms=50.0, highpass_hz=None))
     assert facts["source_duration_s"] == pytest.approx(1.6, abs=0.01)
     assert facts["duration_s"] == pytest.approx(0.7, abs=0.03)
-    assert integrated_loudness(y, 24000) == pytest.approx(-20.0, abs=0.2)
-    assert facts["loudness_lufs"] == pytest.approx(-20.0, abs=0.2)
+    assert facts["source_loudness_lufs"] == pytest.approx(integrated_loudness(y, 24000), abs=0.01)
+    assert np.abs(y).max() == pytest.approx(np.abs(x).max(), rel=1e-6)  # no gain here
+    assert y[0] == 0.0 and y[-1] == 0.0  # faded edges
+
+
+def test_postprocess_takes_a_dc_offset_off_without_touching_the_speech_band() -> None:
+    x = _speech_like()
+    y, _ = postprocess(x + np.float32(0.2), PostProcess(trim=False))
+    assert abs(float(y.mean())) < 1e-3 and np.abs(y).max() < 0.09  # the offset (0.2) is gone
+    clean, _ = postprocess(x, PostProcess(trim=False))
+    assert integrated_loudness(y, 24000) == pytest.approx(integrated_loudness(clean, 24000), abs=0.1)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -282,7 +282,9 @@ def test_real_worker_refuses_bad_jobs_keeps_serving_replays_and_cancels(env, red
     print(f"cancel -> job ended in {stop_ms:.0f} ms")
 
     manifest = "id,text,voice,max_frames\nhello,Hello.,vivian,6\nbye,Goodbye.,nobody,6\n"
-    summary = client.wait(client.prerender(manifest, library="ivr", presets=["mulaw8k", "mp3"]), timeout_s=60)
+    # rows cut at 6 frames never end by themselves: the quality gate (tested elsewhere) is off here
+    job = client.prerender(manifest, library="ivr", presets=["mulaw8k", "mp3"], gate=False)
+    summary = client.wait(job, timeout_s=60)
     assert (summary["rendered"], summary["failed"]) == (1, 1) and summary["errors"][0]["field"] == "voice"
     data = LocalBlobStore(env["store"]).get_bytes("libraries/ivr/mulaw8k/hello.wav")
     with sf.SoundFile(io.BytesIO(data)) as f:

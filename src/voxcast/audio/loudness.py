@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyloudnorm
+import soxr
 
 from voxcast.audio.pcm import to_float32
 
@@ -30,6 +31,7 @@ __all__ = [
     "integrated_loudness",
     "normalize_loudness",
     "peak_dbfs",
+    "true_peak_dbfs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -69,6 +71,19 @@ def peak_dbfs(pcm: np.ndarray) -> float:
     """Sample peak in dBFS (``-inf`` for silence or no samples)."""
     peak = float(np.max(np.abs(pcm))) if len(pcm) else 0.0
     return 20.0 * math.log10(peak) if peak > 0 else -math.inf
+
+
+def true_peak_dbfs(pcm: np.ndarray, sample_rate: int) -> float:
+    """True peak in dBTP (ITU-R BS.1770-4 annex 2: the peak of the signal oversampled 4x).
+
+    Inter-sample peaks are what a DAC or a resampler (a PBX transcoding G.711) turns into clipping
+    although no sample reaches full scale. ``-inf`` for silence or no samples.
+    """
+    x = to_float32(pcm)
+    if len(x) == 0:
+        return -math.inf
+    up = soxr.resample(x.astype(np.float64), sample_rate, 4 * sample_rate, quality="HQ")
+    return max(peak_dbfs(x), peak_dbfs(up))
 
 
 def integrated_loudness(pcm: np.ndarray, sample_rate: int) -> float:

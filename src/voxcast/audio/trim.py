@@ -19,8 +19,10 @@ from voxcast.audio.pcm import to_float32
 __all__ = [
     "DEFAULT_PAD_MS",
     "DEFAULT_THRESHOLD_DB",
+    "SilenceProfile",
     "TrimResult",
     "active_span",
+    "silence_profile",
     "trim_silence",
 ]
 
@@ -86,6 +88,50 @@ def active_span(
     if len(active) == 0:
         return None
     return int(active[0]) * frame, min(len(x), (int(active[-1]) + 1) * frame)
+
+
+@dataclass(frozen=True, slots=True)
+class SilenceProfile:
+    """Where a clip is silent (milliseconds), by the activity rule of :func:`active_span`.
+
+    Attributes:
+        leading_ms: silence before the first active frame (the whole clip when nothing is active).
+        trailing_ms: silence after the last active frame.
+        longest_pause_ms: longest run of silent frames between the first and last active frames.
+        speech_ms: from the first active frame to the end of the last.
+    """
+
+    leading_ms: float
+    trailing_ms: float
+    longest_pause_ms: float
+    speech_ms: float
+
+
+def silence_profile(
+    pcm: np.ndarray,
+    sample_rate: int,
+    threshold_db: float = DEFAULT_THRESHOLD_DB,
+    floor_dbfs: float = DEFAULT_FLOOR_DBFS,
+    frame_ms: float = 10.0,
+) -> SilenceProfile:
+    """Leading, trailing and longest internal silence of a clip (see :class:`SilenceProfile`)."""
+    x = to_float32(pcm)
+    frame = max(1, round(sample_rate * frame_ms / 1000.0))
+    ms = 1000.0 / sample_rate
+    if len(x) == 0:
+        return SilenceProfile(0.0, 0.0, 0.0, 0.0)
+    db = _frame_db(x, frame)
+    active = db >= max(float(db.max()) + threshold_db, floor_dbfs)
+    idx = np.nonzero(active)[0]
+    if len(idx) == 0:
+        return SilenceProfile(len(x) * ms, 0.0, 0.0, 0.0)
+    first, last = int(idx[0]), int(idx[-1])
+    gaps = np.diff(idx) - 1  # silent frames between consecutive active ones
+    longest = int(gaps.max()) if len(gaps) else 0
+    end = min(len(x), (last + 1) * frame)
+    return SilenceProfile(
+        first * frame * ms, (len(x) - end) * ms, longest * frame * ms, (end - first * frame) * ms
+    )
 
 
 def trim_silence(

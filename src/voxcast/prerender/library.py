@@ -7,7 +7,11 @@ Layout in the blob store (``<name>`` = library, ``<id>`` = prompt id)::
 
 For each prompt: synthesize 24 kHz PCM through :meth:`Service.synthesize` with ``cache`` on and a
 forced seed, so identical prompts (in this or any other library, by any worker) are rendered once and
-then served from the rendered-audio cache; trim, normalise, encode each preset, write (atomic puts).
+then served from the rendered-audio cache; trim; encode each preset at the target loudness measured on
+the encoded file (:mod:`~voxcast.prerender.levels`); check the render (:mod:`~voxcast.prerender.gate`:
+a failing prompt is rendered again with the next seed, up to ``max_attempts``, then reported with its
+failed checks and not stored); write (atomic puts). The manifest records, per prompt, the checks, the
+attempt and seed used, and per file the loudness and true peak measured on it.
 
 Re-runs: a prompt is skipped when the previous output manifest has the same *render hash* (SHA-256
 of the model identity, the prompt's effective request incl. seed, and the post-processing settings)
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,8 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE
 from voxcast.audio.pcm import int16_to_float
 from voxcast.errors import InvalidRequest, StorageError
+from voxcast.prerender.gate import GateSettings, check_render
+from voxcast.prerender.levels import Leveled, encode_leveled
 from voxcast.prerender.manifest import NAME_RE, Manifest, Prompt, RowError, parse_manifest
 from voxcast.prerender.presets import (
     DEFAULT_LOUDNESS_LUFS,
@@ -41,28 +49,29 @@ from voxcast.prerender.presets import (
     PRESETS,
     PostProcess,
     Preset,
-    encode_preset,
     postprocess,
 )
 from voxcast.storage.base import BlobNotFound
 from voxcast.storage.keys import canonical_json, sha256_hex, validate_key
 
 if TYPE_CHECKING:
+    from voxcast.engine.request import SynthesisRequest
     from voxcast.service import Service
 
 __all__ = ["MANIFEST_SCHEMA", "PrerenderJob", "library_prefix", "prerender"]
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = 1
-"""Version of the output manifest layout and of the render-hash recipe."""
+MANIFEST_SCHEMA = 2
+"""Version of the output manifest layout and of the render-hash recipe (2: loudness set and measured
+per preset file, quality gate; libraries of schema 1 are rendered again)."""
 
 MANIFEST_EVERY = 25
 """Rendered prompts between two intermediate manifest writes."""
 
 _PAYLOAD_FIELDS = {
     "library", "manifest", "manifest_key", "manifest_format", "presets", "loudness_lufs",
-    "peak_dbfs", "trim", "pad_ms", "defaults", "force",
+    "peak_dbfs", "trim", "pad_ms", "defaults", "force", "gate", "highpass_hz",
 }  # fmt: skip
 
 
@@ -86,6 +95,7 @@ class PrerenderJob:
         post: trim/loudness settings.
         defaults: fields applied to rows that do not set them.
         force: re-render prompts even when done.
+        gate: the quality gate (:mod:`voxcast.prerender.gate`).
     """
 
     library: str
@@ -96,6 +106,7 @@ class PrerenderJob:
     post: PostProcess = field(default_factory=PostProcess)
     defaults: dict[str, Any] = field(default_factory=dict)
     force: bool = False
+    gate: GateSettings = field(default_factory=GateSettings)
 
     @classmethod
     def from_payload(cls, payload: Any) -> PrerenderJob:
@@ -125,6 +136,7 @@ class PrerenderJob:
             post=_post(payload),
             defaults=dict(defaults),
             force=bool(payload.get("force", False)),
+            gate=GateSettings.from_payload(payload.get("gate")),
         )
 
 
@@ -147,33 +159,53 @@ def _presets(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _post(payload: Mapping[str, Any]) -> PostProcess:
+def _setting(
+    payload: Mapping[str, Any], name: str, default: float | None, nullable: bool = False
+) -> float | None:
+    v = payload.get(name, default)
+    if v is None and nullable:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise InvalidRequest(f"{name} must be a number", field=name)
     try:
-        lufs = payload.get("loudness_lufs", DEFAULT_LOUDNESS_LUFS)
-        post = PostProcess(
-            loudness_lufs=None if lufs is None else float(lufs),
-            peak_dbfs=float(payload.get("peak_dbfs", PostProcess.peak_dbfs)),
-            trim=bool(payload.get("trim", True)),
-            pad_ms=float(payload.get("pad_ms", PostProcess.pad_ms)),
-        )
-    except (TypeError, ValueError) as e:
-        raise InvalidRequest(f"bad post-processing setting: {e}", field="loudness_lufs") from e
+        out = float(v)
+    except ValueError as e:
+        raise InvalidRequest(f"{name} must be a number, not {v!r}", field=name) from e
+    if not math.isfinite(out):
+        raise InvalidRequest(f"{name} must be a finite number", field=name)
+    return out
+
+
+def _post(payload: Mapping[str, Any]) -> PostProcess:
+    trim = payload.get("trim", True)
+    if not isinstance(trim, bool):
+        raise InvalidRequest("trim must be true or false", field="trim")
+    post = PostProcess(
+        loudness_lufs=_setting(payload, "loudness_lufs", DEFAULT_LOUDNESS_LUFS, nullable=True),
+        peak_dbfs=float(_setting(payload, "peak_dbfs", PostProcess.peak_dbfs) or 0.0),
+        trim=trim,
+        pad_ms=float(_setting(payload, "pad_ms", PostProcess.pad_ms) or 0.0),
+        highpass_hz=_setting(payload, "highpass_hz", PostProcess.highpass_hz, nullable=True),
+    )
     if post.loudness_lufs is not None and not -70.0 < post.loudness_lufs < 0.0:
         raise InvalidRequest("loudness_lufs must be between -70 and 0", field="loudness_lufs")
     if not -20.0 <= post.peak_dbfs <= 0.0:
         raise InvalidRequest("peak_dbfs must be between -20 and 0", field="peak_dbfs")
     if not 0.0 <= post.pad_ms <= 5000.0:
         raise InvalidRequest("pad_ms must be between 0 and 5000", field="pad_ms")
+    if post.highpass_hz is not None and not 10.0 <= post.highpass_hz <= 300.0:
+        raise InvalidRequest("highpass_hz must be between 10 and 300 (or null: off)", field="highpass_hz")
     return post
 
 
-def render_hash(model_identity: str, prompt: Prompt, post: PostProcess) -> str:
+def render_hash(model_identity: str, prompt: Prompt, post: PostProcess, gate: GateSettings) -> str:
     """Identity of one prompt's rendering (see the module docstring)."""
     recipe = {
         "schema": MANIFEST_SCHEMA,
         "model": model_identity,
         "prompt": prompt.fields,
         "post": post.to_dict(),
+        "gate": gate.to_dict(),
     }
     return sha256_hex(canonical_json(recipe))
 
@@ -207,7 +239,10 @@ class _Run:
         self.existing = set(self.store.list_keys(self.prefix))
         self.entries: dict[str, Any] = {}
         self.errors: list[RowError] = []
-        self.counts = {"rendered": 0, "skipped": 0, "failed": 0, "cache_hits": 0, "objects": 0}
+        self.counts = {
+            "rendered": 0, "skipped": 0, "failed": 0, "cache_hits": 0, "objects": 0,
+            "rerenders": 0, "gate_failed": 0,
+        }  # fmt: skip
 
     def _load_previous(self) -> dict[str, Any]:
         try:
@@ -235,7 +270,7 @@ class _Run:
         return self._summary(manifest, total)
 
     def _one(self, prompt: Prompt) -> None:
-        h = render_hash(self.model, prompt, self.spec.post)
+        h = render_hash(self.model, prompt, self.spec.post, self.spec.gate)
         prev = self.previous.get(prompt.id)
         keys = {p.name: object_key(self.prefix, p, prompt.id) for p in self.presets}
         if not self.spec.force and self._done(prev, h, keys):
@@ -245,6 +280,14 @@ class _Run:
         try:
             self.entries[prompt.id] = self._render(prompt, h, keys)
             self.counts["rendered"] += 1
+        except _GateFailed as e:
+            self.errors.append(RowError(prompt.row, prompt.id, "quality", e.message))
+            self.entries[prompt.id] = e.entry
+            self.counts["failed"] += 1
+            self.counts["gate_failed"] += 1
+            log.warning(
+                "library %s: prompt %s failed the quality gate: %s", self.spec.library, prompt.id, e.message
+            )
         except InvalidRequest as e:
             self.errors.append(RowError(prompt.row, prompt.id, e.field or "row", e.message))
             self.counts["failed"] += 1
@@ -256,8 +299,8 @@ class _Run:
             return False
         return all(k in self.existing for k in keys.values()) and set(keys) <= set(prev.get("objects", {}))
 
-    def _synthesize(self, prompt: Prompt) -> tuple[np.ndarray, Any]:
-        stream = self.service.synthesize(prompt.request, store=False)
+    def _synthesize(self, request: SynthesisRequest) -> tuple[np.ndarray, Any]:
+        stream = self.service.synthesize(request, store=False)
         parts = []
         for chunk in stream:
             parts.append(chunk.data)
@@ -265,14 +308,89 @@ class _Run:
         pcm = int16_to_float(np.frombuffer(b"".join(parts), dtype="<i2"))
         return pcm, stream.result
 
+    def _attempts(self, prompt: Prompt) -> list[SynthesisRequest]:
+        """The request, then the same with the next seeds (a greedy row gets one attempt)."""
+        req = prompt.request
+        gate = self.spec.gate
+        if not gate.enabled or req.sampling.greedy or req.sampling.seed is None:
+            return [req]
+        return [
+            req.model_copy(
+                update={"sampling": req.sampling.model_copy(update={"seed": (req.sampling.seed + i) % 2**63})}
+            )
+            for i in range(gate.max_attempts)
+        ]
+
     def _render(self, prompt: Prompt, h: str, keys: Mapping[str, str]) -> dict[str, Any]:
-        pcm, result = self._synthesize(prompt)
-        if len(pcm) == 0:
-            raise InvalidRequest("the model produced no audio for this prompt", field="text")
-        processed, facts = postprocess(pcm, self.spec.post)
+        post, gate = self.spec.post, self.spec.gate
+        tried: list[dict[str, Any]] = []
+        for attempt, request in enumerate(self._attempts(prompt), start=1):
+            if attempt > 1:
+                self.counts["rerenders"] += 1
+            pcm, result = self._synthesize(request)
+            if len(pcm) == 0:
+                raise InvalidRequest("the model produced no audio for this prompt", field="text")
+            processed, facts = postprocess(pcm, post)
+            files = {
+                p.name: encode_leveled(processed, p, post.loudness_lufs, post.peak_dbfs) for p in self.presets
+            }
+            finish = result.timing.finish_reason if result is not None else ""
+            verdict = check_render(
+                settings=gate,
+                text=request.text,
+                finish_reason=finish,
+                model_pcm=pcm,
+                stored_pcm=processed,
+                sample_rate=NATIVE_SAMPLE_RATE,
+                files=files,
+                target_lufs=post.loudness_lufs,
+                ceiling_dbtp=post.peak_dbfs,
+                pad_ms=post.pad_ms if post.trim else None,
+            )
+            quality = {
+                "gate": gate.enabled,
+                "passed": verdict.passed,
+                "attempt": attempt,
+                "seed": request.sampling.seed,
+                "checks": verdict.checks,
+            }
+            if verdict.passed or not gate.enabled:
+                return self._store(prompt, request, h, keys, files, facts, quality, result)
+            tried.append({"attempt": attempt, "seed": request.sampling.seed, "failed": verdict.failed})
+            log.info(
+                "library %s: prompt %s attempt %d failed: %s",
+                self.spec.library,
+                prompt.id,
+                attempt,
+                verdict.describe(),
+            )
+        entry = {
+            "id": prompt.id,
+            "row": prompt.row,
+            **prompt.fields,
+            "model": self.model,
+            "render_hash": None,  # not done: the next run tries again
+            "quality": {**quality, "tried": tried},
+            "objects": {},
+        }
+        raise _GateFailed(
+            f"failed the quality gate after {len(tried)} attempt(s): {verdict.describe()}", entry
+        )
+
+    def _store(
+        self,
+        prompt: Prompt,
+        request: SynthesisRequest,
+        h: str,
+        keys: Mapping[str, str],
+        files: Mapping[str, Leveled],
+        facts: dict[str, Any],
+        quality: dict[str, Any],
+        result: Any,
+    ) -> dict[str, Any]:
         objects = {}
         for preset in self.presets:
-            data = encode_preset(processed, preset)
+            data = files[preset.name].data
             meta = {
                 "voxcast-kind": "prerender",
                 "render-hash": h,
@@ -286,6 +404,7 @@ class _Run:
                 "sha256": sha256_hex(data),
                 "content_type": preset.content_type,
                 **preset.to_dict(),
+                **files[preset.name].facts(),
             }
             self.counts["objects"] += 1
             self._heartbeat()
@@ -295,9 +414,11 @@ class _Run:
             "id": prompt.id,
             "row": prompt.row,
             **prompt.fields,
+            "sampling": request.sampling.model_dump(mode="json"),
             "model": self.model,
             "render_hash": h,
             **facts,
+            "quality": quality,
             "cache_hit": cache_hit,
             "synthesis_ms": round(result.timing.total_ms, 1) if result is not None else None,
             "objects": objects,
@@ -341,6 +462,15 @@ class _Run:
             "elapsed_s": round(elapsed, 3),
             "prompts_per_s": round(done / elapsed, 3) if elapsed > 0 else 0.0,
         }
+
+
+class _GateFailed(Exception):
+    """Every attempt of a prompt failed the quality gate; ``entry`` is its manifest record."""
+
+    def __init__(self, message: str, entry: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.entry = entry
 
 
 def _now() -> str:

@@ -1,7 +1,7 @@
 """Output presets of a prerendered prompt library and the post-processing applied before encoding.
 
-Every prompt is synthesized once (24 kHz PCM), silence-trimmed to a pad, loudness-normalised, and
-then encoded once per preset:
+Every prompt is synthesized once (24 kHz PCM), high-passed (DC and rumble off), silence-trimmed to a
+pad, and then encoded once per preset at its own measured loudness (:mod:`voxcast.prerender.levels`):
 
 ============  =======================================  ==========================
 preset        file                                     typical use
@@ -16,10 +16,12 @@ preset        file                                     typical use
 ``opus16k``   16 kHz Ogg Opus (optional)               WebRTC / low bandwidth
 ============  =======================================  ==========================
 
-Loudness: default target **-19 LUFS** integrated (ITU-R BS.1770) with a -1 dBFS sample-peak ceiling.
-Telephony prompt libraries sit a few dB under the -16 LUFS used for streaming speech so that G.711
-(which saturates at 0 dBFS and has no headroom) and the network's AGC are not pushed; the ceiling wins
-over the target. Both are configurable per job.
+Loudness: default target **-19 LUFS** integrated (ITU-R BS.1770), set and measured on each preset's
+encoded file, with a **-1 dBTP true-peak** ceiling (4x oversampled: G.711 has no headroom above full
+scale, and a PBX that resamples turns inter-sample peaks into clipping). Telephony prompt libraries
+sit a few dB under the -16 LUFS used for streaming speech so that G.711 and the network's AGC are not
+pushed; the ceiling wins over the target. Both are configurable per job (``loudness_lufs``,
+``peak_dbfs``).
 """
 
 from __future__ import annotations
@@ -29,24 +31,34 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.signal import butter, sosfiltfilt
 
 from voxcast.audio.encode import encode_file
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat, file_content_type, file_extension
-from voxcast.audio.loudness import DEFAULT_PEAK_LIMIT_DBFS, normalize_loudness
+from voxcast.audio.loudness import DEFAULT_PEAK_LIMIT_DBFS, integrated_loudness
 from voxcast.audio.trim import DEFAULT_PAD_MS, trim_silence
 
 __all__ = [
+    "DEFAULT_HIGHPASS_HZ",
     "DEFAULT_LOUDNESS_LUFS",
     "DEFAULT_PRESETS",
     "PRESETS",
     "PostProcess",
     "Preset",
     "encode_preset",
+    "fade_edges",
+    "highpass",
     "postprocess",
 ]
 
 DEFAULT_LOUDNESS_LUFS = -19.0
 """Integrated loudness target of prompt libraries (see the module docstring)."""
+
+DEFAULT_HIGHPASS_HZ = 60.0
+"""High-pass corner applied before anything else: a DC offset or rumble is inaudible (BS.1770's
+weighting ignores it too) but takes peak headroom, so the true-peak ceiling would hold the level
+down (the random test model's output sits on a -16 dBFS DC offset: 13 dB short of -19 LUFS in 8 kHz
+G.711 without it). Telephony passes 300-3400 Hz, wideband 50-7000 Hz."""
 
 
 @dataclass(frozen=True)
@@ -92,16 +104,18 @@ class PostProcess:
     """Post-processing of every prompt before encoding.
 
     Attributes:
-        loudness_lufs: integrated loudness target; None leaves the level alone.
-        peak_dbfs: sample-peak ceiling (wins over the target).
+        loudness_lufs: integrated loudness target of every preset's file; None leaves the level alone.
+        peak_dbfs: true-peak ceiling in dBTP (wins over the target).
         trim: cut leading/trailing silence.
         pad_ms: silence kept on each side when trimming.
+        highpass_hz: corner of the high-pass that removes DC and rumble first (None: off).
     """
 
     loudness_lufs: float | None = DEFAULT_LOUDNESS_LUFS
     peak_dbfs: float = DEFAULT_PEAK_LIMIT_DBFS
     trim: bool = True
     pad_ms: float = DEFAULT_PAD_MS
+    highpass_hz: float | None = DEFAULT_HIGHPASS_HZ
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +123,7 @@ class PostProcess:
             "peak_dbfs": self.peak_dbfs,
             "trim": self.trim,
             "pad_ms": self.pad_ms,
+            "highpass_hz": self.highpass_hz,
         }
 
 
@@ -119,7 +134,7 @@ def _finite(x: float) -> float | None:
 def postprocess(
     pcm: np.ndarray, settings: PostProcess, sample_rate: int = NATIVE_SAMPLE_RATE
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Trim and normalise one prompt.
+    """High-pass, trim and fade the edges of one prompt (the level is set per preset, when encoded).
 
     Args:
         pcm: mono float32 samples.
@@ -127,26 +142,47 @@ def postprocess(
         sample_rate: rate of ``pcm``.
 
     Returns:
-        (processed samples, facts for the manifest: durations, trim span, loudness before/after, gain).
+        (trimmed samples, facts for the manifest: durations, trim span, the model's loudness).
     """
     facts: dict[str, Any] = {"source_duration_s": round(len(pcm) / sample_rate, 3)}
+    if settings.highpass_hz is not None:
+        pcm = highpass(pcm, sample_rate, settings.highpass_hz)
     if settings.trim:
         t = trim_silence(pcm, sample_rate, pad_ms=settings.pad_ms)
         pcm = t.pcm
         facts["trim_start_s"] = round(t.start / sample_rate, 3)
         facts["trim_end_s"] = round(t.end / sample_rate, 3)
-    if settings.loudness_lufs is not None:
-        r = normalize_loudness(pcm, sample_rate, settings.loudness_lufs, settings.peak_dbfs)
-        pcm = r.pcm
-        facts.update(
-            loudness_in_lufs=_finite(r.input_lufs),
-            loudness_lufs=_finite(r.output_lufs),
-            gain_db=round(r.gain_db, 2),
-            peak_dbfs=_finite(r.peak_dbfs),
-            peak_limited=r.limited,
-        )
+    pcm = fade_edges(pcm, sample_rate)
+    facts["source_loudness_lufs"] = _finite(integrated_loudness(pcm, sample_rate))
     facts["duration_s"] = round(len(pcm) / sample_rate, 3)
     return pcm, facts
+
+
+EDGE_FADE_MS = 5.0
+"""Fade at each end of a prompt: a file that starts or stops mid-waveform clicks when played, and its
+resampled versions ring there (measured on the random model's output: the 8 kHz file's true peak sat
+at its last sample, 25 dB above its loudness, so the ceiling held it 24 dB under the target)."""
+
+
+def fade_edges(pcm: np.ndarray, sample_rate: int, ms: float = EDGE_FADE_MS) -> np.ndarray:
+    """``pcm`` with linear fades of ``ms`` in and out (a copy)."""
+    y = np.array(pcm, dtype=np.float32)
+    n = min(round(sample_rate * ms / 1000.0), len(y) // 2)
+    if n > 0:
+        ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+        y[:n] *= ramp
+        y[len(y) - n :] *= ramp[::-1]
+    return y
+
+
+def highpass(pcm: np.ndarray, sample_rate: int, corner_hz: float) -> np.ndarray:
+    """Zero-phase 2nd-order Butterworth high-pass (run forwards and backwards): no phase shift of the
+    speech, and an offset present from the first sample leaves no step at the edges."""
+    x = np.asarray(pcm, dtype=np.float64)
+    sos = butter(2, corner_hz, btype="highpass", fs=sample_rate, output="sos")
+    if len(x) <= 3 * (2 * len(sos) + 1):  # too short for the edge padding: only take the offset off
+        return (x - x.mean()).astype(np.float32)
+    return sosfiltfilt(sos, x, padtype="odd").astype(np.float32)
 
 
 def encode_preset(pcm: np.ndarray, preset: Preset, sample_rate: int = NATIVE_SAMPLE_RATE) -> bytes:

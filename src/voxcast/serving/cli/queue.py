@@ -94,15 +94,40 @@ def add_parsers(sub: Any) -> None:
         "--presets", help="comma-separated presets (default: mulaw8k,alaw8k,pcm8k,pcm16k,wav24k,mp3)"
     )
     p.add_argument("--loudness", type=float, help="target LUFS (default -19)")
-    p.add_argument("--peak", type=float, help="sample-peak ceiling dBFS (default -1)")
+    p.add_argument("--peak", type=float, help="true-peak ceiling, dBTP (default -1)")
     p.add_argument("--pad-ms", type=float, help="silence kept around speech (default 100)")
     p.add_argument("--no-trim", action="store_true")
     p.add_argument("--voice", help="default voice for rows without one")
     p.add_argument("--language", help="default language for rows without one")
     p.add_argument("--force", action="store_true", help="re-render prompts that are already done")
+    p.add_argument(
+        "--attempts", type=int, help="renders per prompt before it fails the quality gate (default 3)"
+    )
+    p.add_argument(
+        "--gate",
+        help='quality-gate settings as JSON, e.g. \'{"chars_per_s": [4, 20], "max_pause_ms": 1000}\' '
+        "(docs/prerender.md)",
+    )
+    p.add_argument("--no-gate", action="store_true", help="store every render without checking it")
     p.add_argument("--queue")
     p.add_argument("--no-wait", action="store_true", help="print the job id and return")
     p.set_defaults(func=run_prerender)
+
+
+def _gate(args: argparse.Namespace) -> Any:
+    if args.no_gate:
+        return False
+    gate: dict[str, Any] = {}
+    if args.gate:
+        try:
+            gate = json.loads(args.gate)
+        except ValueError as e:
+            raise CommandError(f"--gate is not JSON: {e}", code=2) from e
+        if not isinstance(gate, dict):
+            raise CommandError("--gate must be a JSON object", code=2)
+    if args.attempts is not None:
+        gate["max_attempts"] = args.attempts
+    return gate or None
 
 
 def _redis_args(p: argparse.ArgumentParser) -> None:
@@ -339,6 +364,7 @@ def run_prerender(args: argparse.Namespace) -> int:
         "trim": False if args.no_trim else None,
         "defaults": defaults or None,
         "force": args.force or None,
+        "gate": _gate(args),
     }
     try:
         job_id = client.prerender(
