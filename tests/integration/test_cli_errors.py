@@ -83,3 +83,21 @@ def test_log_records_are_redacted() -> None:
     assert (
         redact("redis://localhost:6379/0 and redis://h:6379") == "redis://localhost:6379/0 and redis://h:6379"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--gate", "{not json"], "--gate is not JSON"),
+        (["--gate", "[1]"], "--gate must be a JSON object"),
+        (["--attempts", "0"], '"field": "gate.max_attempts"'),
+        (["--gate", '{"max_pause_ms": "long"}'], '"field": "gate.max_pause_ms"'),
+    ],
+)
+def test_bad_gate_options_exit_2_naming_the_setting(
+    capsys: pytest.CaptureFixture[str], redis_url: str, tmp_path: Path, flags: list[str], needle: str
+) -> None:
+    manifest = tmp_path / "p.csv"
+    manifest.write_text("id,text\nhi,Hello.\n")
+    code, err = _run(capsys, "prerender", str(manifest), "--library", "x", "--redis-url", redis_url, *flags)
+    assert code == 2 and needle in err and "Traceback" not in err
