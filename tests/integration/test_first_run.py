@@ -55,7 +55,7 @@ def test_test_checkpoints_still_run_to_their_frame_limit(tiny_model_dir) -> None
         engine.close()
 
 
-def test_a_tiny_model_never_builds_the_native_kernels(
+def test_a_tiny_float32_model_never_builds_the_native_kernels(
     tiny_model_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_build() -> bool:

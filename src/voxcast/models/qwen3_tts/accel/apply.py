@@ -90,10 +90,11 @@ class AccelReport:
         return asdict(self)
 
 
-#: Talkers with fewer weight bytes than this (the tiny test and demo checkpoints, ~37 MB) skip the
-#: kernels voxcast compiles (C++: int8 and float32 row kernels, fused operations) unless a setting
+#: Float32 talkers with fewer weight bytes than this (the tiny test and demo checkpoints, ~37 MB)
+#: skip the kernels voxcast compiles (C++: float32 row kernels, fused operations) unless a setting
 #: asks for them: their decode steps take well under a millisecond, so nothing can be gained, while
 #: building the library on a fresh machine took 97 s. Real checkpoints are 0.6B (~1.8 GB) and up.
+#: Int8 weights (asked for explicitly) keep their kernels at any size.
 NATIVE_MIN_BYTES = 256 * 1024 * 1024
 
 
@@ -105,7 +106,7 @@ def apply(model: Qwen3TTS, cfg: AccelConfig) -> AccelReport:
     """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load."""
     talker = model.talker
     report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
-    if _small(talker):  # what is left to measurement stays on PyTorch's kernels: no compile
+    if cfg.quant != "int8" and _small(talker):  # left to measurement: PyTorch's kernels, no build
         cfg = dataclasses.replace(
             cfg,
             int8_kernel=False if cfg.int8_kernel is None else cfg.int8_kernel,
