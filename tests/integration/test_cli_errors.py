@@ -101,3 +101,19 @@ def test_bad_gate_options_exit_2_naming_the_setting(
     manifest.write_text("id,text\nhi,Hello.\n")
     code, err = _run(capsys, "prerender", str(manifest), "--library", "x", "--redis-url", redis_url, *flags)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import argparse
+
+    from voxcast.serving.cli.main import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [
+        f"{name} {action.dest}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if not isinstance(action, argparse._HelpAction) and action.help is None
+    ]
+    assert sub.choices and not missing, missing

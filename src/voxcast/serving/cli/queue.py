@@ -47,14 +47,17 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("enqueue", help="enqueue a synthesis job (optionally follow its stream)")
     _redis_args(p)
     p.add_argument("text", help="text to speak")
-    for flag in ("voice", "language", "instruct"):
-        p.add_argument(f"--{flag}")
+    p.add_argument("--voice", help="CustomVoice speaker or a registered voice id (vx_...)")
+    p.add_argument("--language", help="language name or auto (default auto)")
+    p.add_argument("--instruct", help="style instruction / voice description")
     p.add_argument("--format", default="wav", help="response format (default wav)")
-    p.add_argument("--sample-rate", type=int, default=24000)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--greedy", action="store_true")
-    p.add_argument("--max-frames", type=int)
-    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
+    p.add_argument(
+        "--seed", type=int, help="sampling seed: the same seed gives the same audio (and cacheable)"
+    )
+    p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic, cacheable)")
+    p.add_argument("--max-frames", type=int, help="frame limit (12.5 frames a second)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
     p.add_argument("--request", help="extra request fields as JSON (merged last)")
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--follow", action="store_true", help="read the stream as it grows")
@@ -63,40 +66,44 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("listen", help="replay a job's stream from the start (then follow it live)")
     _redis_args(p)
-    p.add_argument("job_id")
-    p.add_argument("--out", type=Path)
-    p.add_argument("--idle-timeout", type=float, default=120.0)
+    p.add_argument("job_id", help="the job id enqueue printed")
+    p.add_argument("--out", type=Path, help="write the audio here")
+    p.add_argument(
+        "--idle-timeout", type=float, default=120.0, help="give up after this many seconds without an entry"
+    )
     p.set_defaults(func=run_listen)
 
     p = sub.add_parser("status", help="print a job's status, meta and result")
     _redis_args(p)
-    p.add_argument("job_id")
+    p.add_argument("job_id", help="the job id enqueue printed")
     p.set_defaults(func=run_status)
 
     p = sub.add_parser("cancel", help="cancel a queued or running job")
     _redis_args(p)
-    p.add_argument("job_id")
+    p.add_argument("job_id", help="the job to cancel")
     p.set_defaults(func=run_cancel)
 
     p = sub.add_parser("register-voice", help="enqueue a voice registration from reference audio")
     _redis_args(p)
-    p.add_argument("audio", type=Path)
-    p.add_argument("--ref-text")
-    p.add_argument("--x-vector-only", action="store_true")
-    p.add_argument("--queue")
+    p.add_argument("audio", type=Path, help="reference recording (WAV, FLAC, MP3, OGG...; 1-30 s)")
+    p.add_argument("--ref-text", help="transcript of the recording (in-context cloning)")
+    p.add_argument(
+        "--x-vector-only", action="store_true", help="clone from the speaker vector only (no transcript)"
+    )
+    p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.set_defaults(func=run_register_voice)
 
     p = sub.add_parser("prerender", help="render a prompt library from a manifest (CSV/JSON/YAML)")
     _redis_args(p)
-    p.add_argument("manifest", type=Path)
-    p.add_argument("--library", required=True)
+    p.add_argument("manifest", type=Path, help="the prompts: CSV, JSON or YAML (id and text per row)")
+    p.add_argument("--library", required=True, help="library name: objects go under libraries/<name>/")
     p.add_argument(
         "--presets", help="comma-separated presets (default: mulaw8k,alaw8k,pcm8k,pcm16k,wav24k,mp3)"
     )
     p.add_argument("--loudness", type=float, help="target LUFS (default -19)")
     p.add_argument("--peak", type=float, help="true-peak ceiling, dBTP (default -1)")
     p.add_argument("--pad-ms", type=float, help="silence kept around speech (default 100)")
-    p.add_argument("--no-trim", action="store_true")
+    p.add_argument("--no-trim", action="store_true", help="keep leading and trailing silence")
     p.add_argument("--voice", help="default voice for rows without one")
     p.add_argument("--language", help="default language for rows without one")
     p.add_argument("--force", action="store_true", help="re-render prompts that are already done")
@@ -109,7 +116,7 @@ def add_parsers(sub: Any) -> None:
         "(docs/prerender.md)",
     )
     p.add_argument("--no-gate", action="store_true", help="store every render without checking it")
-    p.add_argument("--queue")
+    p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--no-wait", action="store_true", help="print the job id and return")
     p.set_defaults(func=run_prerender)
 
@@ -140,7 +147,7 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queues", help="comma-separated queues, highest priority first (VOXCAST_QUEUES)")
     p.add_argument("--name", help="worker name (default: RQ's)")
     p.add_argument("--burst", action="store_true", help="quit when the queues are empty")
-    p.add_argument("--max-jobs", type=int)
+    p.add_argument("--max-jobs", type=int, help="quit after this many jobs")
     p.add_argument("--worker-ttl", type=int, help="VOXCAST_WORKER_TTL_S (default 30)")
     p.add_argument("--maintenance-interval", type=int, help="VOXCAST_MAINTENANCE_INTERVAL_S (default 15)")
     p.add_argument("--job-heartbeat-ttl", type=int, help="VOXCAST_JOB_HEARTBEAT_TTL_S (default 30)")
