@@ -31,6 +31,7 @@ __all__ = [
     "integrated_loudness",
     "normalize_loudness",
     "peak_dbfs",
+    "rounded_db",
     "true_peak_dbfs",
 ]
 
@@ -71,6 +72,11 @@ def peak_dbfs(pcm: np.ndarray) -> float:
     """Sample peak in dBFS (``-inf`` for silence or no samples)."""
     peak = float(np.max(np.abs(pcm))) if len(pcm) else 0.0
     return 20.0 * math.log10(peak) if peak > 0 else -math.inf
+
+
+def rounded_db(x: float) -> float | None:
+    """A level for a report: rounded to 0.01 dB, None for ``-inf`` (silence)."""
+    return round(x, 2) if math.isfinite(x) else None
 
 
 def true_peak_dbfs(pcm: np.ndarray, sample_rate: int) -> float:

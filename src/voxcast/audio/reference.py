@@ -64,14 +64,20 @@ _BLOCK_FRAMES = 65_536
 _TRIM_AFTER_BYTES = 16 * 1024 * 1024
 
 
+_DECODE_ERRORS = (sf.LibsndfileError, RuntimeError, TypeError, ValueError)
+
+
+def _undecodable(e: Exception) -> InvalidRequest:
+    return InvalidRequest(
+        f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}", field=_FIELD
+    )
+
+
 def _open(source: io.BytesIO | str) -> sf.SoundFile:
     try:
         return sf.SoundFile(source)
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        raise InvalidRequest(
-            f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}",
-            field=_FIELD,
-        ) from e
+    except _DECODE_ERRORS as e:
+        raise _undecodable(e) from e
 
 
 def _check_header(f: sf.SoundFile) -> int:
@@ -133,10 +139,10 @@ def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int, int]:
         budget = _check_header(f)
         try:
             mono = _read_mono(f, budget)
-        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-            raise InvalidRequest(f"reference audio could not be decoded: {e}", field=_FIELD) from e
+        except _DECODE_ERRORS as e:
+            raise _undecodable(e) from e
         finally:
-            if budget * 4 * int(f.channels) > _TRIM_AFTER_BYTES:
+            if f.tell() * 4 * int(f.channels) > _TRIM_AFTER_BYTES:  # what was decoded, not the limit
                 trim_heap()
         return mono, int(f.samplerate), int(f.channels)
 

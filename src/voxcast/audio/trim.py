@@ -22,6 +22,7 @@ __all__ = [
     "SilenceProfile",
     "TrimResult",
     "active_span",
+    "fade",
     "silence_profile",
     "trim_silence",
 ]
@@ -60,6 +61,29 @@ def _frame_db(x: np.ndarray, frame: int) -> np.ndarray:
         return 20.0 * np.log10(rms)
 
 
+def _active_frames(
+    x: np.ndarray, sample_rate: int, threshold_db: float, floor_dbfs: float, frame_ms: float
+) -> tuple[np.ndarray, int]:
+    """Indices of the active frames of ``x`` (the activity rule) and the frame length in samples."""
+    frame = max(1, round(sample_rate * frame_ms / 1000.0))
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64), frame
+    db = _frame_db(x, frame)
+    return np.nonzero(db >= max(float(db.max()) + threshold_db, floor_dbfs))[0], frame
+
+
+def fade(y: np.ndarray, n: int, head: bool = True, tail: bool = True) -> None:
+    """Linear fades of ``n`` samples (at most half of ``y``) in at the head and out at the tail, in place."""
+    n = min(n, len(y) // 2)
+    if n <= 0:
+        return
+    ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+    if head:
+        y[:n] *= ramp
+    if tail:
+        y[len(y) - n :] *= ramp[::-1]
+
+
 def active_span(
     pcm: np.ndarray,
     sample_rate: int,
@@ -80,11 +104,7 @@ def active_span(
         The span, or ``None`` when no frame is active.
     """
     x = to_float32(pcm)
-    frame = max(1, round(sample_rate * frame_ms / 1000.0))
-    if len(x) == 0:
-        return None
-    db = _frame_db(x, frame)
-    active = np.nonzero(db >= max(float(db.max()) + threshold_db, floor_dbfs))[0]
+    active, frame = _active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
     if len(active) == 0:
         return None
     return int(active[0]) * frame, min(len(x), (int(active[-1]) + 1) * frame)
@@ -116,13 +136,8 @@ def silence_profile(
 ) -> SilenceProfile:
     """Leading, trailing and longest internal silence of a clip (see :class:`SilenceProfile`)."""
     x = to_float32(pcm)
-    frame = max(1, round(sample_rate * frame_ms / 1000.0))
     ms = 1000.0 / sample_rate
-    if len(x) == 0:
-        return SilenceProfile(0.0, 0.0, 0.0, 0.0)
-    db = _frame_db(x, frame)
-    active = db >= max(float(db.max()) + threshold_db, floor_dbfs)
-    idx = np.nonzero(active)[0]
+    idx, frame = _active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
     if len(idx) == 0:
         return SilenceProfile(len(x) * ms, 0.0, 0.0, 0.0)
     first, last = int(idx[0]), int(idx[-1])
@@ -164,11 +179,5 @@ def trim_silence(
     pad = round(sample_rate * pad_ms / 1000.0)
     start, end = max(0, span[0] - pad), min(len(x), span[1] + pad)
     y = x[start:end].copy()
-    fade = min(round(sample_rate * min(fade_ms, pad_ms) / 1000.0), len(y) // 2)
-    if fade > 0:
-        ramp = np.linspace(0.0, 1.0, fade, endpoint=False, dtype=np.float32)
-        if start > 0:
-            y[:fade] *= ramp
-        if end < len(x):
-            y[len(y) - fade :] *= ramp[::-1]
+    fade(y, round(sample_rate * min(fade_ms, pad_ms) / 1000.0), head=start > 0, tail=end < len(x))
     return TrimResult(y, start, end)

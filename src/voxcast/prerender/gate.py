@@ -94,7 +94,7 @@ class GateSettings:
         unknown = sorted(set(value) - set(cls().to_dict()))
         if unknown:
             raise InvalidRequest(f"unknown gate setting {unknown[0]!r}", field=f"gate.{unknown[0]}")
-        out = cls(
+        return cls(
             enabled=_bool(value, "enabled", True),
             max_attempts=int(_number(value, "max_attempts", 3, 1, 10, whole=True)),
             chars_per_s=_window(value.get("chars_per_s")),
@@ -107,7 +107,6 @@ class GateSettings:
             loudness_tolerance_lu=_number(value, "loudness_tolerance_lu", 2.0, 0.1, 20.0),
             clip_run=int(_number(value, "clip_run", 3, 1, 10_000, whole=True)),
         )
-        return out
 
 
 def _bool(value: Mapping[str, Any], name: str, default: bool) -> bool:

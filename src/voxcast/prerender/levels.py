@@ -26,7 +26,7 @@ import soundfile as sf
 
 from voxcast.audio.encode import encode_file
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE
-from voxcast.audio.loudness import integrated_loudness, true_peak_dbfs
+from voxcast.audio.loudness import integrated_loudness, rounded_db, true_peak_dbfs
 from voxcast.audio.resample import resample
 from voxcast.prerender.presets import Preset
 
@@ -77,10 +77,6 @@ def decode_file(data: bytes) -> tuple[np.ndarray, int]:
     return x.mean(axis=1, dtype=np.float32), int(sr)
 
 
-def _finite(x: float) -> float | None:
-    return round(x, 2) if math.isfinite(x) else None
-
-
 def encode_leveled(
     pcm: np.ndarray,
     preset: Preset,
@@ -116,5 +112,5 @@ def encode_leveled(
             want = gain + (target_lufs - lufs)
         gain = min(want, headroom)
     return Leveled(
-        data, _finite(lufs), _finite(peak), gain, target_lufs is not None and want > headroom, passes
+        data, rounded_db(lufs), rounded_db(peak), gain, target_lufs is not None and want > headroom, passes
     )

@@ -365,10 +365,7 @@ class _Run:
                 verdict.describe(),
             )
         entry = {
-            "id": prompt.id,
-            "row": prompt.row,
-            **prompt.fields,
-            "model": self.model,
+            **self._head(prompt),
             "render_hash": None,  # not done: the next run tries again
             "quality": {**quality, "tried": tried},
             "objects": {},
@@ -376,6 +373,10 @@ class _Run:
         raise _GateFailed(
             f"failed the quality gate after {len(tried)} attempt(s): {verdict.describe()}", entry
         )
+
+    def _head(self, prompt: Prompt, **used: Any) -> dict[str, Any]:
+        """The start of a prompt's manifest entry: id, row, its fields (``used`` overriding), model."""
+        return {"id": prompt.id, "row": prompt.row, **prompt.fields, **used, "model": self.model}
 
     def _store(
         self,
@@ -411,11 +412,7 @@ class _Run:
         cache_hit = bool(result is not None and result.timing.cache_hit)
         self.counts["cache_hits"] += int(cache_hit)
         return {
-            "id": prompt.id,
-            "row": prompt.row,
-            **prompt.fields,
-            "sampling": request.sampling.model_dump(mode="json"),
-            "model": self.model,
+            **self._head(prompt, sampling=request.sampling.model_dump(mode="json")),
             "render_hash": h,
             **facts,
             "quality": quality,

@@ -26,7 +26,6 @@ pushed; the ceiling wins over the target. Both are configurable per job (``loudn
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +34,8 @@ from scipy.signal import butter, sosfiltfilt
 
 from voxcast.audio.encode import encode_file
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat, file_content_type, file_extension
-from voxcast.audio.loudness import DEFAULT_PEAK_LIMIT_DBFS, integrated_loudness
-from voxcast.audio.trim import DEFAULT_PAD_MS, trim_silence
+from voxcast.audio.loudness import DEFAULT_PEAK_LIMIT_DBFS, integrated_loudness, rounded_db
+from voxcast.audio.trim import DEFAULT_PAD_MS, fade, trim_silence
 
 __all__ = [
     "DEFAULT_HIGHPASS_HZ",
@@ -127,10 +126,6 @@ class PostProcess:
         }
 
 
-def _finite(x: float) -> float | None:
-    return round(x, 2) if math.isfinite(x) else None
-
-
 def postprocess(
     pcm: np.ndarray, settings: PostProcess, sample_rate: int = NATIVE_SAMPLE_RATE
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -153,7 +148,7 @@ def postprocess(
         facts["trim_start_s"] = round(t.start / sample_rate, 3)
         facts["trim_end_s"] = round(t.end / sample_rate, 3)
     pcm = fade_edges(pcm, sample_rate)
-    facts["source_loudness_lufs"] = _finite(integrated_loudness(pcm, sample_rate))
+    facts["source_loudness_lufs"] = rounded_db(integrated_loudness(pcm, sample_rate))
     facts["duration_s"] = round(len(pcm) / sample_rate, 3)
     return pcm, facts
 
@@ -167,11 +162,7 @@ at its last sample, 25 dB above its loudness, so the ceiling held it 24 dB under
 def fade_edges(pcm: np.ndarray, sample_rate: int, ms: float = EDGE_FADE_MS) -> np.ndarray:
     """``pcm`` with linear fades of ``ms`` in and out (a copy)."""
     y = np.array(pcm, dtype=np.float32)
-    n = min(round(sample_rate * ms / 1000.0), len(y) // 2)
-    if n > 0:
-        ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
-        y[:n] *= ramp
-        y[len(y) - n :] *= ramp[::-1]
+    fade(y, round(sample_rate * ms / 1000.0))
     return y
 
 

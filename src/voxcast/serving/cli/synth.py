@@ -70,9 +70,9 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
         if getattr(args, flag):
             env[name] = getattr(args, flag)
     # One request, one stream: warm nothing but its own path, record batch-1 steps only.
-    env["VOXCAST_WARMUP"] = (
-        "1" if args.warmup else env.get("VOXCAST_WARMUP", "0") if not args.no_warmup else "0"
-    )
+    if args.warmup or args.no_warmup:
+        env["VOXCAST_WARMUP"] = "1" if args.warmup else "0"
+    env.setdefault("VOXCAST_WARMUP", "0")
     env.setdefault("VOXCAST_MAX_ACTIVE", "1")
     return env
 
