@@ -151,7 +151,7 @@ def _codes(model: Qwen3TTS, frames: int = 8) -> torch.Tensor:
 
 
 def _fused_modules(model: Qwen3TTS) -> list[bool]:
-    return [bool(m.fused) for m in model.talker.modules() if isinstance(m, (RMSNorm, Attention))]
+    return [decode_ops.is_fused(m) for m in model.talker.modules() if isinstance(m, (RMSNorm, Attention))]
 
 
 def test_on_with_int8_weights_off_with_float32_ones(tiny_model_dir: Any) -> None:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from tests.kernels.test_model_rows_linear import _gens
 from tests.model.test_model_batching import _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
+from voxcast.kernels.rows_linear import FusedLinear
 from voxcast.models.qwen3_tts.accel import f32_rows
 from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
 from voxcast.models.qwen3_tts.model import Qwen3TTS
@@ -209,9 +210,11 @@ def test_row_weights_names_each_matmul_once(tiny_model_dir: Any) -> None:
     # per layer: fused q/k/v, o, fused gate/up, down; then the codec head and the 15 code heads
     assert len(entries) == 4 * (talker_layers + len(cp.model.layers)) + 1 + cp.num_codes
     assert len({id(w) for _, w, _ in entries}) == len(entries)
-    owners = [m for m, _, _ in entries]
-    assert sum(isinstance(m, Attention) for m in owners) == talker_layers + len(cp.model.layers)
-    assert sum(isinstance(m, MLP) for m in owners) == talker_layers + len(cp.model.layers)
+    owners = {id(m) for m, _, _ in entries}
+    layers = [*model.talker.model.layers, *cp.model.layers]
+    assert all(isinstance(layer.self_attn.qkv, FusedLinear) for layer in layers)
+    assert all(id(layer.self_attn.qkv) in owners and id(layer.mlp.gate_up) in owners for layer in layers)
+    assert not any(isinstance(m, (Attention, MLP)) for m, _, _ in entries)
 
 
 @pytest.mark.parametrize("trace_steps", [False, True])

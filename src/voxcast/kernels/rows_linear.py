@@ -40,6 +40,7 @@ from torch import Tensor, nn
 __all__ = [
     "F32_ROWS_MAX",
     "MAX_SPLIT_ROWS",
+    "FusedLinear",
     "Linear",
     "forget_kernel_choices",
     "kernel_choice",
@@ -166,13 +167,16 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise.binary(x, zeros, weight, bias, "add")
 
 
-class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) with this module's kernel flags.
+class _RowKernels:
+    """The kernel choices of one projection's decode rows, set at load by the accel step.
 
     ``onednn_rows`` (:func:`use_onednn_rows`), ``row_parts`` (:func:`use_split_rows`), and
-    ``f32_rows`` / ``row_packed`` (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
+    ``f32_rows`` / ``row_packed`` (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`). The projection
+    computes ``F.linear(x, self.weight, self.bias)`` through :func:`rows_linear`.
     """
 
+    weight: Tensor
+    bias: Tensor  # None where the projection has none (as nn.Linear's annotation leaves out)
     onednn_rows = False
     row_parts = 1
     f32_rows = False
@@ -184,8 +188,38 @@ class Linear(nn.Linear):
         )
 
     def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
-        """``(self, weight, bias)``: what a decode row through this Linear multiplies."""
+        """``(self, weight, bias)``: what a decode row through this projection multiplies."""
+        assert isinstance(self, nn.Module)
         return [(self, self.weight, self.bias)]
+
+
+class Linear(_RowKernels, nn.Linear):  # type: ignore[misc]  # (bias: nn.Linear types it by its assignment)
+    """``nn.Linear`` (same parameters and state-dict keys) whose rows run on the chosen kernels."""
+
+
+class FusedLinear(_RowKernels, nn.Module):
+    """Several Linears with one input read as one matmul: ``[q; k; v]`` or ``[gate; up]``.
+
+    The concatenated weight (and bias) is held as non-persistent buffers (the state dict keeps the
+    original Linears' keys) and each original Linear's parameters are rebound to views of it, so
+    nothing is stored twice. Splitting a Linear along its outputs gives bitwise the same values
+    (each output is its own dot product), so fusing only removes matmul calls and their overhead.
+    """
+
+    def __init__(self, *linears: nn.Linear) -> None:
+        super().__init__()
+        weight = torch.cat([lin.weight for lin in linears])
+        bias = torch.cat([lin.bias for lin in linears]) if linears[0].bias is not None else None
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.register_buffer("weight", weight, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
+        row = 0
+        for lin in linears:
+            n = lin.out_features
+            lin.weight = nn.Parameter(weight[row : row + n], requires_grad=False)
+            if bias is not None:
+                lin.bias = nn.Parameter(bias[row : row + n], requires_grad=False)
+            row += n
 
 
 def set_flags(module: nn.Module, name: str, on: object) -> int:

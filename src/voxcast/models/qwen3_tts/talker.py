@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from voxcast.kernels.rows_linear import Linear, rows_linear
+from voxcast.kernels.rows_linear import FusedLinear, Linear
 from voxcast.models.qwen3_tts.config import CodePredictorConfig, TalkerConfig
 from voxcast.models.qwen3_tts.kv_cache import KVCache
 
@@ -42,16 +42,12 @@ __all__ = [
 class RMSNorm(nn.Module):
     """Root-mean-square norm, computed in float32 and cast back before the weight (as Qwen3)."""
 
-    fused = False  # float32 rows on voxcast::rms_norm (see .decode_ops)
-
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.fused and x.dtype == torch.float32:
-            return torch.ops.voxcast.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32:  # the same ops without two no-op conversions
             return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         h = x.to(torch.float32)
@@ -100,26 +96,18 @@ def _interleave(table: Tensor, section: tuple[int, ...]) -> Tensor:
     return torch.cat([out, out], dim=-1)
 
 
-#: Most query positions a fused attention call takes (a decode step, the code predictor's two-position
-#: first step, a short prefill chunk); longer prefills keep PyTorch's blocked attention.
-FUSED_ATTENTION_ROWS = 4
-
-
 def _rotate_half(x: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with per-head q/k RMSNorm (Qwen3)."""
+    """Grouped-query attention with per-head q/k RMSNorm (Qwen3).
 
-    onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
-    row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
-    f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
-    row_packed: tuple[Tensor, int] | None = None  # the fused weight packed for it (.f32_rows.Packed)
-    #: float32 q/k norm + rotary embedding, and the attention of decode steps (up to
-    #: FUSED_ATTENTION_ROWS positions), on voxcast's fused operations (see .decode_ops)
-    fused = False
+    ``qkv``: the q, k and v projections as one matmul once :meth:`fuse` ran (a
+    :class:`~voxcast.kernels.rows_linear.FusedLinear`), or whatever module the accel step puts in
+    that place (int8 weights); None: three matmuls, as the reference.
+    """
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool) -> None:
         super().__init__()
@@ -130,22 +118,18 @@ class Attention(nn.Module):
         self.o_proj = Linear(heads * head_dim, hidden, bias=bias)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
-        self._qkv: tuple[Tensor, Tensor | None] | None = None
-        self.qkv_int8: nn.Module | None = None  # set by quant.quantize_int8
+        self.qkv: nn.Module | None = None
 
     def fuse(self) -> None:
-        """Read q, k and v with one matmul: the projections become views of one ``[Nq + 2 Nkv, hidden]``.
-
-        Splitting a Linear along its outputs gives bitwise the same values (each output is its own dot
-        product), so this only removes two matmul calls and two weight traversals' overhead per step.
-        """
-        self._qkv = _fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        """Read q, k and v with one matmul: the projections become views of one ``[Nq + 2 Nkv, hidden]``
+        (bitwise the same values, see :class:`~voxcast.kernels.rows_linear.FusedLinear`)."""
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
     def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
         """``(module, weight, bias)`` of each matmul a decode row runs: the fused q/k/v (held by this
         module) or q, k and v, then the output projection."""
-        if self._qkv is not None:
-            return [(self, *self._qkv), *self.o_proj.row_weights()]
+        if isinstance(self.qkv, FusedLinear):
+            return [*self.qkv.row_weights(), *self.o_proj.row_weights()]
         return [
             *self.q_proj.row_weights(),
             *self.k_proj.row_weights(),
@@ -155,24 +139,22 @@ class Attention(nn.Module):
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # x: [B, L, hidden] -> q [B, L, Nq], k/v [B, L, Nkv] (views of one output when fused)
-        if self.qkv_int8 is not None:
-            qkv = self.qkv_int8(x)
-        elif self._qkv is None:
+        if self.qkv is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        else:
-            qkv = rows_linear(x, *self._qkv, self.onednn_rows, self.row_parts, self.f32_rows, self.row_packed)
+        qkv = self.qkv(x)
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
     def _qkv_rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         # x: [B, L, hidden]; cos/sin: [B or 1, 1, L, D] -> q [B, H, L, D], k/v [B, Hkv, L, D]
-        b, n, _ = x.shape
         q, k, v = self._project(x)
-        if self.fused and q.dtype == torch.float32:
-            hd, nq, nk = self.head_dim, self.q_norm, self.k_norm
-            q = torch.ops.voxcast.norm_rope(q, nq.weight, cos, sin, nq.eps, hd)
-            k = torch.ops.voxcast.norm_rope(k, nk.weight, cos, sin, nk.eps, hd)
-            return q, k, v.view(b, n, -1, hd).transpose(1, 2)
+        return self._norm_rope(q, k, v, cos, sin)
+
+    def _norm_rope(
+        self, q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        # q [B, L, Nq], k/v [B, L, Nkv] -> q [B, H, L, D], k/v [B, Hkv, L, D]
+        b, n, _ = q.shape
         q = self.q_norm(q.view(b, n, -1, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(b, n, -1, self.head_dim)).transpose(1, 2)
         v = v.view(b, n, -1, self.head_dim).transpose(1, 2)
@@ -182,15 +164,17 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int) -> Tensor:
         # x: [B, L, hidden]; cos/sin: [1, 1, L, D]
-        b, n, _ = x.shape
         q, k, v = self._qkv_rope(x, cos, sin)
         k_all, v_all = cache.update(start, k, v)  # [B, Hkv, start + L, D]
-        if self.fused and n <= FUSED_ATTENTION_ROWS and q.dtype == torch.float32:  # straight to [B, L, H * D]
-            return self.o_proj(torch.ops.voxcast.decode_attention(q, k_all, v_all, self.head_dim**-0.5))
+        return self.o_proj(self._attend(q, k_all, v_all, start))
+
+    def _attend(self, q: Tensor, k_all: Tensor, v_all: Tensor, start: int) -> Tensor:
+        """Attention of q ``[B, H, L, D]`` at positions ``start..`` over its cache -> ``[B, L, H * D]``."""
+        b, _, n, _ = q.shape
         mask = None
         if n > 1 and start > 0:  # a chunk after a cached prefix: causal, shifted by `start`
-            rows = torch.arange(start, start + n, device=x.device)[:, None]
-            mask = rows >= torch.arange(start + n, device=x.device)[None, :]
+            rows = torch.arange(start, start + n, device=q.device)[:, None]
+            mask = rows >= torch.arange(start + n, device=q.device)[None, :]
         out = F.scaled_dot_product_attention(
             q,
             k_all,
@@ -200,7 +184,7 @@ class Attention(nn.Module):
             scale=self.head_dim**-0.5,
             enable_gqa=self.heads != self.kv_heads,
         )
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+        return out.transpose(1, 2).reshape(b, n, -1)
 
     def forward_rows(
         self, x: Tensor, cos: Tensor, sin: Tensor, caches: list[KVCache], starts: list[int]
@@ -213,78 +197,43 @@ class Attention(nn.Module):
         b = x.shape[0]
         q, k, v = self._qkv_rope(x, cos, sin)
         outs = []
-        fused = self.fused and q.dtype == torch.float32
         for i, (cache, start) in enumerate(zip(caches, starts, strict=True)):
             k_all, v_all = cache.update(start, k[i : i + 1], v[i : i + 1])
-            if fused:  # [1, 1, H * D]
-                outs.append(
-                    torch.ops.voxcast.decode_attention(q[i : i + 1], k_all, v_all, self.head_dim**-0.5)
-                )
-                continue
-            outs.append(
-                F.scaled_dot_product_attention(
-                    q[i : i + 1],
-                    k_all,
-                    v_all,
-                    scale=self.head_dim**-0.5,
-                    enable_gqa=self.heads != self.kv_heads,
-                )
-            )
-        out = torch.cat(outs) if b > 1 else outs[0]  # [B, H, 1, D], or [B, 1, H * D] fused
-        return self.o_proj(out if fused else out.transpose(1, 2).reshape(b, 1, -1))
+            outs.append(self._attend_row(q[i : i + 1], k_all, v_all))
+        return self.o_proj(torch.cat(outs) if b > 1 else outs[0])  # [B, 1, H * D]
 
-
-def _fuse_linears(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
-    """Concatenate the weights (and biases) of Linears with one input; rebind each to a view."""
-    weight = torch.cat([lin.weight for lin in linears])
-    bias = None
-    if linears[0].bias is not None:
-        bias = torch.cat([lin.bias for lin in linears])
-    row = 0
-    for lin in linears:
-        n = lin.out_features
-        lin.weight = nn.Parameter(weight[row : row + n], requires_grad=False)
-        if bias is not None:
-            lin.bias = nn.Parameter(bias[row : row + n], requires_grad=False)
-        row += n
-    return weight, bias
+    def _attend_row(self, q: Tensor, k_all: Tensor, v_all: Tensor) -> Tensor:
+        """One decode position's attention over its own cache: q ``[1, H, 1, D]`` -> ``[1, 1, H * D]``."""
+        out = F.scaled_dot_product_attention(
+            q, k_all, v_all, scale=self.head_dim**-0.5, enable_gqa=self.heads != self.kv_heads
+        )
+        return out.transpose(1, 2).reshape(1, 1, -1)
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward."""
-
-    onednn_rows = False  # batched rows of the fused projection on oneDNN (see .rows_linear)
-    row_parts = 1  # one row of the fused projection in blocks (see .rows_linear)
-    f32_rows = False  # one row of the fused projection on voxcast's row kernel (see .f32_rows)
-    row_packed: tuple[Tensor, int] | None = None  # the fused weight packed for it (.f32_rows.Packed)
+    """SwiGLU feed-forward. ``gate_up``: the gate and up projections as one matmul (see :class:`Attention`)."""
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden, intermediate, bias=False)
         self.up_proj = Linear(hidden, intermediate, bias=False)
         self.down_proj = Linear(intermediate, hidden, bias=False)
-        self._gate_up: tuple[Tensor, Tensor | None] | None = None
-        self.gate_up_int8: nn.Module | None = None  # set by quant.quantize_int8
+        self.gate_up: nn.Module | None = None
 
     def fuse(self) -> None:
         """Gate and up projections as one matmul (bitwise the same outputs, see :meth:`Attention.fuse`)."""
-        self._gate_up = _fuse_linears(self.gate_proj, self.up_proj)
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
     def row_weights(self) -> list[tuple[nn.Module, Tensor, Tensor | None]]:
         """``(module, weight, bias)`` of each matmul a decode row runs (see :meth:`Attention.row_weights`)."""
-        if self._gate_up is not None:
-            return [(self, *self._gate_up), *self.down_proj.row_weights()]
+        if isinstance(self.gate_up, FusedLinear):
+            return [*self.gate_up.row_weights(), *self.down_proj.row_weights()]
         return [*self.gate_proj.row_weights(), *self.up_proj.row_weights(), *self.down_proj.row_weights()]
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.gate_up_int8 is not None:
-            gate, up = self.gate_up_int8(x).chunk(2, dim=-1)
-        elif self._gate_up is None:
+        if self.gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        else:
-            gate, up = rows_linear(
-                x, *self._gate_up, self.onednn_rows, self.row_parts, self.f32_rows, self.row_packed
-            ).chunk(2, dim=-1)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 

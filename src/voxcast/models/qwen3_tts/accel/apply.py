@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from voxcast.kernels.rows_linear import (
+    FusedLinear,
     onednn_available,
     onednn_rows_faster,
     split_rows_faster,
@@ -147,7 +148,7 @@ def _timing_weight(talker: Talker) -> torch.Tensor:
     """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timings."""
     mlp = talker.model.layers[0].mlp
     assert isinstance(mlp, MLP)
-    return mlp._gate_up[0] if mlp._gate_up is not None else mlp.gate_proj.weight
+    return mlp.gate_up.weight if isinstance(mlp.gate_up, FusedLinear) else mlp.gate_proj.weight
 
 
 def _choose_int8_kernel(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:

@@ -10,7 +10,7 @@ replace them:
   embedding of :class:`.talker.Attention`, from the fused projection's view straight to the
   ``[B, H, L, D]`` layout attention takes.
 - ``voxcast::decode_attention(q, k, v, scale)``: the grouped-query attention of up to
-  :data:`.talker.FUSED_ATTENTION_ROWS` positions over their cache (PyTorch's
+  :data:`FUSED_ATTENTION_ROWS` positions over their cache (PyTorch's
   ``scaled_dot_product_attention`` costs 18-60 us a call here, most of it set-up), straight to the
   ``[B, L, H * D]`` layout of the output projection.
 
@@ -18,17 +18,64 @@ Sums are accumulated in another order than PyTorch's (the norms' sum of squares 
 values differ from the eager operations in the last bits: they are on with int8 weights (not
 bit-exact anyway) and off for float32 weights, whose decode matches the official implementation
 bitwise. They are built into the int8 kernel's library (:func:`voxcast.kernels.native.load`).
+
+The model's layers know nothing of them: :func:`use_fused_ops` turns a float32 CPU
+:class:`.talker.RMSNorm` or :class:`.talker.Attention` into its fused subclass here, in place
+(same parameters, same state), and back.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from voxcast.kernels import native as int8_kernel
 from voxcast.models.qwen3_tts.talker import Attention, RMSNorm
 
-__all__ = ["available", "use_fused_ops"]
+__all__ = ["FUSED_ATTENTION_ROWS", "FusedAttention", "FusedRMSNorm", "available", "is_fused", "use_fused_ops"]
+
+#: Most query positions a fused attention call takes (a decode step, the code predictor's two-position
+#: first step, a short prefill chunk); longer prefills keep PyTorch's blocked attention.
+FUSED_ATTENTION_ROWS = 4
+
+
+class FusedRMSNorm(RMSNorm):
+    """:class:`.talker.RMSNorm` on ``voxcast::rms_norm`` for float32 rows."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return torch.ops.voxcast.rms_norm(x, self.weight, self.eps)
+        return super().forward(x)
+
+
+class FusedAttention(Attention):
+    """:class:`.talker.Attention` with its float32 q/k norm + rotary embedding and decode-step
+    attention on voxcast's fused operations."""
+
+    def _norm_rope(
+        self, q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        if q.dtype != torch.float32:
+            return super()._norm_rope(q, k, v, cos, sin)
+        b, n, _ = q.shape
+        hd, nq, nk = self.head_dim, self.q_norm, self.k_norm
+        q = torch.ops.voxcast.norm_rope(q, nq.weight, cos, sin, nq.eps, hd)
+        k = torch.ops.voxcast.norm_rope(k, nk.weight, cos, sin, nk.eps, hd)
+        return q, k, v.view(b, n, -1, hd).transpose(1, 2)
+
+    def _attend(self, q: Tensor, k_all: Tensor, v_all: Tensor, start: int) -> Tensor:
+        if q.shape[2] <= FUSED_ATTENTION_ROWS and q.dtype == torch.float32:  # straight to [B, L, H * D]
+            return torch.ops.voxcast.decode_attention(q, k_all, v_all, self.head_dim**-0.5)
+        return super()._attend(q, k_all, v_all, start)
+
+    def _attend_row(self, q: Tensor, k_all: Tensor, v_all: Tensor) -> Tensor:
+        if q.dtype == torch.float32:  # [1, 1, H * D]
+            return torch.ops.voxcast.decode_attention(q, k_all, v_all, self.head_dim**-0.5)
+        return super()._attend_row(q, k_all, v_all)
+
+
+_FUSED: dict[type[nn.Module], type[nn.Module]] = {RMSNorm: FusedRMSNorm, Attention: FusedAttention}
+_PLAIN = {v: k for k, v in _FUSED.items()}
 
 
 def available() -> bool:
@@ -36,18 +83,26 @@ def available() -> bool:
     return int8_kernel.load()
 
 
+def is_fused(module: nn.Module) -> bool:
+    """Whether ``module`` runs on the fused operations."""
+    return type(module) in _PLAIN
+
+
 def use_fused_ops(module: nn.Module, on: bool) -> int:
-    """Run every float32 :class:`.talker.RMSNorm`, and :class:`.talker.Attention`'s q/k norm, rotary
-    embedding and decode-step attention, in ``module`` on the fused operations (on) or PyTorch's
-    (off); returns how many modules switched. ``on`` needs :func:`available`."""
+    """Run every float32 CPU :class:`.talker.RMSNorm`, and :class:`.talker.Attention`'s q/k norm,
+    rotary embedding and decode-step attention, in ``module`` on the fused operations (on) or
+    PyTorch's (off); returns how many modules run fused. ``on`` needs :func:`available`.
+
+    The switch changes each module's class in place (its subclass here, or back), so parameters,
+    caches and references to the module stay as they are.
+    """
     n = 0
     for m in module.modules():
-        if isinstance(m, RMSNorm):
-            w = m.weight
-        elif isinstance(m, Attention):
-            w = m.q_norm.weight
-        else:
+        plain = _PLAIN.get(type(m), type(m))
+        if plain not in _FUSED:
             continue
-        m.fused = on and w.dtype == torch.float32 and w.device.type == "cpu"
-        n += int(m.fused)
+        w = m.weight if isinstance(m, RMSNorm) else m.q_norm.weight  # type: ignore[union-attr]
+        fused = on and w.dtype == torch.float32 and w.device.type == "cpu"
+        m.__class__ = _FUSED[plain] if fused else plain
+        n += int(fused)
     return n

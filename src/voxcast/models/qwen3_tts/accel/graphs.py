@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voxcast.kernels.rows_linear import set_flags
+from voxcast.models.qwen3_tts.accel.quant import Int8Linear
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.kv_cache import KVCache
@@ -210,7 +211,7 @@ def static_decode_for(talker: Talker, **kwargs: Any) -> StaticDecode:
     Raises:
         ValueError: the talker has int8 weights (``quant=int8``): those modules are not compiled.
     """
-    if any(getattr(layer.self_attn, "qkv_int8", None) is not None for layer in talker.model.layers):
+    if any(isinstance(m, Int8Linear) for m in talker.model.layers.modules()):
         raise ValueError("compile works on float weights; it cannot be combined with quant=int8")
     return StaticDecode(talker, **kwargs)
 

@@ -124,9 +124,9 @@ class Int8Linear(nn.Module):
 
 def _layer(layer: DecoderLayer) -> None:
     att, mlp = layer.self_attn, layer.mlp
-    att.qkv_int8 = Int8Linear(_int8(att.q_proj, att.k_proj, att.v_proj))
+    att.qkv = Int8Linear(_int8(att.q_proj, att.k_proj, att.v_proj))
     att.o_proj = Int8Linear(_int8(att.o_proj))  # type: ignore[assignment]
-    mlp.gate_up_int8 = Int8Linear(_int8(mlp.gate_proj, mlp.up_proj))
+    mlp.gate_up = Int8Linear(_int8(mlp.gate_proj, mlp.up_proj))
     mlp.down_proj = Int8Linear(_int8(mlp.down_proj))  # type: ignore[assignment]
     # The float32 originals are no longer read: free them.
     del att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
@@ -181,7 +181,7 @@ def int8_kernel_faster(talker: Talker, reps: int = 6, margin: float = 0.95) -> d
     """
     linears: list[Int8Linear] = []
     for layer in talker.model.layers:
-        m = getattr(getattr(layer, "mlp", None), "gate_up_int8", None)
+        m = getattr(getattr(layer, "mlp", None), "gate_up", None)
         if isinstance(m, Int8Linear) and m.packed is not None:
             linears.append(m)
     if not linears or len(linears) != len(talker.model.layers):
