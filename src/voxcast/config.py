@@ -27,7 +27,12 @@ at 8 (bf16: 60/41/30/27), so 4 frames take most of the gain while a listener wai
 per-chunk costs of the adapters (messages, base64, Redis entries) stay small."""
 
 DEFAULT_MAX_FRAMES_CAP = 2400
-"""Hard cap: 2400 frames = 192 s of audio for one request."""
+"""Hard cap: 2400 frames = 192 s of audio for one piece of text (a long text is spoken in pieces,
+each with its own limit: ``piece_chars``)."""
+
+DEFAULT_PIECE_CHARS = 400
+"""Texts longer than this are spoken in pieces of at most this many characters, cut at sentence
+ends (:func:`voxcast.text.plan_chunks`): about 25 s of English speech a piece."""
 
 FRAMES_PER_CHAR = 2.5
 """Upper bound of frames per input character: slow CJK speech is ~4 chars/s = 3.1 frames/char,
@@ -113,6 +118,11 @@ class EngineConfig:
         prefill_chunk: while other streams decode, a new request's prefill runs this many prompt
             positions per scheduler round, between their frames (``VOXCAST_PREFILL_CHUNK``; 0 = whole
             prefill at once). A lone request always gets the one-pass prefill.
+        piece_chars: a text longer than this is planned into pieces of at most this many characters,
+            cut at sentence ends, and spoken in order in one stream with one voice, decoder and seed;
+            each piece has its own frame limit and runaway guard, and the next piece is prefilled
+            while the current one plays (``VOXCAST_PIECE_CHARS``, 400; 0 = never split, so a text
+            is cut off at ``max_frames_cap``).
         burst_admit: while no admitted stream has produced a frame yet, admit every waiting request
             and prefill it whole, so that requests arriving together start together
             (``VOXCAST_BURST_ADMIT``, on); off, they are admitted one per round like later arrivals.
@@ -137,6 +147,7 @@ class EngineConfig:
     decode_thread: str = "auto"
     prefill_chunk: int = 16
     burst_admit: bool = True
+    piece_chars: int = DEFAULT_PIECE_CHARS
     codec_dtype: str = "auto"
     trace_steps: bool = True
 
@@ -159,6 +170,8 @@ class EngineConfig:
             )
         if self.prefill_chunk < 0:
             raise ValueError("prefill_chunk must be >= 0")
+        if self.piece_chars != 0 and self.piece_chars < 20:
+            raise ValueError(f"VOXCAST_PIECE_CHARS must be 0 (off) or >= 20, not {self.piece_chars}")
         if isinstance(self.decode_thread, bool):  # EngineConfig(decode_thread=True) as before
             object.__setattr__(self, "decode_thread", "on" if self.decode_thread else "off")
         if self.decode_thread not in {"off", "on", "auto"}:
@@ -193,6 +206,7 @@ class EngineConfig:
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
             burst_admit=env_bool(env, "VOXCAST_BURST_ADMIT", d.burst_admit),
+            piece_chars=env_int(env, "VOXCAST_PIECE_CHARS", d.piece_chars),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
         )

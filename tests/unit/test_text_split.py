@@ -17,6 +17,10 @@ from voxcast.text.split import plan_chunks, split_sentences
             "Dr. Smith met J. R. R. Tolkien. Mr. Brown, e.g. Bob, too.",
             ["Dr. Smith met J. R. R. Tolkien.", "Mr. Brown, e.g. Bob, too."],
         ),
+        (
+            "Dr. Smith arrived at 3 p.m. on Monday. The U.S.A. team scored 3.5 points. Next.",
+            ["Dr. Smith arrived at 3 p.m. on Monday.", "The U.S.A. team scored 3.5 points.", "Next."],
+        ),
         ("Press No. 5 now. I said no. Go.", ["Press No. 5 now.", "I said no.", "Go."]),
         ('He said "stop." Then he left.', ['He said "stop."', "Then he left."]),
         ("Wait... and then? Nothing… Really?!", ["Wait... and then?", "Nothing…", "Really?!"]),

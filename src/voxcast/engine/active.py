@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -45,6 +46,22 @@ class Active:
     codes: list[torch.Tensor] = field(default_factory=list)
     first: int = 1
     failed: bool = False
+    #: A long text's pieces still to speak after the current one (see :class:`Piece`).
+    pieces: list[str] = field(default_factory=list)
+    #: The next piece's generator, prefilled ahead between frames while this one plays.
+    ahead: FrameGenerator | None = None
+    ahead_frames: int = 0
+    ahead_ready: bool = False
+    #: One record per piece spoken so far (the current one last), and finished pieces' stage times.
+    piece_log: list[dict[str, Any]] = field(default_factory=list)
+    stage_totals: dict[str, float] = field(default_factory=dict)
+
+    def close_piece(self, finish_reason: str) -> None:
+        """Complete the current piece's record (its frames and why it ended)."""
+        if self.piece_log:
+            piece = self.piece_log[-1]
+            piece["frames"] = self.frames - piece.pop("first_frame")
+            piece["finish_reason"] = finish_reason
 
     def fail(self, exc: BaseException) -> None:
         """End the stream with ``exc``; later chunks and the end of this request are skipped."""
@@ -95,7 +112,9 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     """
     t = act.stream.timing
     gen = act.generator
-    stages = gen.stage_ms()
+    stages = dict(act.stage_totals)
+    for k, v in gen.stage_ms().items():
+        stages[k] = stages.get(k, 0.0) + v
     t.talker_ms = stages.get("talker_ms", 0.0)
     t.code_predictor_ms = stages.get("code_predictor_ms", 0.0)
     t.codec_ms = act.codec_s * 1000
@@ -108,8 +127,13 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     t.stall_ms = stall_s * 1000
     t.finish_reason = reason or gen.finish_reason or "eos"
     # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
-    t.runaway = t.finish_reason == "max_frames" and act.stream.request.max_frames is None
+    derived = act.stream.request.max_frames is None
+    t.runaway = derived and t.finish_reason == "max_frames"
     if t.runaway:
         log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
+    if t.pieces > 1 and act.piece_log:
+        act.close_piece(t.finish_reason)
+        t.extra["pieces"] = act.piece_log
+        t.runaway = t.runaway or (derived and any(p["finish_reason"] == "max_frames" for p in act.piece_log))
     if keep_codes and act.codes:
         t.extra["codes"] = torch.cat(act.codes).tolist()

@@ -40,6 +40,7 @@ from voxcast.engine.threads import on_fresh_thread
 from voxcast.errors import EngineUnavailable, InvalidRequest
 from voxcast.models.base import FrameGenerator, LoadOptions, TTSModel
 from voxcast.models.registry import load_model
+from voxcast.text.split import plan_chunks
 
 __all__ = ["Engine"]
 
@@ -83,6 +84,7 @@ class Engine:
         self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
         self._active: list[Active] = []
         self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
+        self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
         self._stopping = threading.Event()
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
@@ -379,28 +381,49 @@ class Engine:
         req, timing = stream.request, stream.timing
         t0 = time.perf_counter()
         timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
-        speaker = req.voice if stream.voice is None else None
+        pieces = self._plan(req.text)
+        timing.pieces = len(pieces)
+        gen, max_frames = self._piece_generator(stream, pieces[0], req.sampling, 0, len(pieces) > 1)
+        timing.prompt_ms = (time.perf_counter() - t0) * 1000
+        decoder = self.model.new_decoder(stream.voice)
+        if gen.seed is not None:
+            timing.extra["seed"] = int(gen.seed)
+        first = req.first_chunk_frames or self.config.first_chunk_frames
+        act = Active(stream, gen, decoder, max_frames, target=first, first=first, pieces=pieces[1:])
+        if pieces[1:]:
+            act.piece_log.append({"chars": len(pieces[0]), "first_frame": 0})
+        if prefill:
+            gen.prefill()
+            self._prefilled(act)
+        return act
+
+    def _plan(self, text: str) -> list[str]:
+        """The pieces a text is spoken in: itself, or sentence-cut pieces of at most ``piece_chars``."""
+        limit = self.config.piece_chars
+        if not limit or len(text) <= limit:
+            return [text]
+        return plan_chunks(text, limit) or [text]
+
+    def _piece_generator(
+        self, stream: SynthesisStream, text: str, sampling: Any, frames_so_far: int, several: bool
+    ) -> tuple[FrameGenerator, int]:
+        """A generator for ``text`` (the stream's text, or one of its ``several`` pieces) and its
+        frame limit: the caller's ``max_frames`` for a whole text; for a piece, its own derived limit
+        (the runaway guard) within what the caller's ``max_frames`` leaves for the whole text."""
+        req = stream.request
         prompt = self.model.build_prompt(
-            req.text,
-            speaker=speaker,
+            text,
+            speaker=req.voice if stream.voice is None else None,
             voice=stream.voice,
             language=req.language,
             instruct=req.instruct,
             non_streaming_text=req.non_streaming_text,
         )
-        t1 = time.perf_counter()
-        timing.prompt_ms = (t1 - t0) * 1000
-        max_frames = req.max_frames or max_frames_for_text(req.text, self.config.max_frames_cap)
-        gen = self.model.new_generator(prompt, req.sampling, max_frames)
-        decoder = self.model.new_decoder(stream.voice)
-        if gen.seed is not None:
-            timing.extra["seed"] = int(gen.seed)
-        first = req.first_chunk_frames or self.config.first_chunk_frames
-        act = Active(stream, gen, decoder, max_frames, target=first, first=first)
-        if prefill:
-            gen.prefill()
-            self._prefilled(act)
-        return act
+        limit = max_frames_for_text(text, self.config.max_frames_cap)
+        if req.max_frames is not None:
+            left = req.max_frames - frames_so_far
+            limit = min(limit, left) if several else left
+        return self.model.new_generator(prompt, sampling, limit), limit
 
     def _prefilled(self, act: Active) -> None:
         """Record a completed prefill in the request's timing."""
@@ -410,10 +433,84 @@ class Engine:
         prefix = gen.prefix_report()
         if prefix is not None:
             t.prefix_cache_hit, t.prefix_positions = prefix
+        self._look_ahead(act)
+
+    # -- long texts: the next piece ----------------------------------------------------------------
+    def _look_ahead(self, act: Active) -> None:
+        """Queue the prefill of ``act``'s next piece, run in parts between frames (:meth:`_prefill_part`).
+
+        Not where the caller set ``max_frames``: the next piece's limit is what the current one
+        leaves, known only when it ends (the next piece is then prefilled at the switch).
+        """
+        if not act.pieces or act.ahead is not None or act.stream.request.max_frames is not None:
+            return
+        act.ahead, act.ahead_frames = self._next_generator(act)
+        act.ahead_ready = False
+        self._ahead.append(act)
+
+    def _next_generator(self, act: Active) -> tuple[FrameGenerator, int]:
+        return self._piece_generator(act.stream, act.pieces[0], self._piece_sampling(act), act.frames, True)
+
+    def _piece_sampling(self, act: Active) -> Any:
+        """One sampler and seed for every piece: the first piece's seed (drawn, when none was asked)."""
+        seed = act.stream.timing.extra.get("seed")
+        return act.stream.request.sampling.model_copy(update={"seed": seed})
+
+    def _prefill_ahead(self) -> None:
+        """One part of the oldest queued next-piece prefill (dropped for a stream no longer active)."""
+        act = self._ahead[0]
+        if act.failed or act.stream.cancelled or act not in self._active or act.ahead is None:
+            self._ahead.pop(0)
+            return
+        if act.ahead.prefill_part(self.config.prefill_chunk or None):
+            act.ahead_ready = True
+            self._ahead.pop(0)
+
+    def _next_piece(self, act: Active) -> bool:
+        """Continue ``act`` with its next piece after the current one ended; False when there is none
+        (or the caller's ``max_frames`` is spent). Same stream, decoder, voice and seed; the pending
+        frames carry over into the next chunk, so the audio runs on without a seam."""
+        req = act.stream.request
+        if not act.pieces or (req.max_frames is not None and act.frames >= req.max_frames):
+            return False
+        old = act.generator
+        act.close_piece(old.finish_reason or "eos")
+        for k, v in old.stage_ms().items():
+            act.stage_totals[k] = act.stage_totals.get(k, 0.0) + v
+        if act.ahead is None:
+            act.ahead, act.ahead_frames = self._next_generator(act)
+        gen, ahead = act.ahead, act.ahead_ready
+        if act in self._ahead:
+            self._ahead.remove(act)
+        if not ahead:
+            gen.prefill_part(None)  # the rest of it (or all of it)
+        text = act.pieces.pop(0)
+        act.generator, act.max_frames = gen, act.ahead_frames
+        act.ahead, act.ahead_ready = None, False
+        act.piece_log.append(
+            {
+                "chars": len(text),
+                "first_frame": act.frames,
+                "prefill_ms": gen.prefill_s * 1000,
+                "ahead": ahead,
+            }
+        )
+        self._look_ahead(act)
+        return True
 
     def _prefill_part(self) -> None:
-        """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes)."""
+        """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes);
+        with none waiting, one part of a long text's next piece."""
         if not self._prefilling:
+            if self._ahead:
+                try:
+                    self._prefill_ahead()
+                except Exception as e:
+                    act = self._ahead.pop(0)
+                    log.exception("request %s failed to prefill its next piece", act.stream.timing.request_id)
+                    if act in self._active:
+                        self._active.remove(act)
+                    act.fail(e)
             return
         act = self._prefilling[0]
         if act.stream.cancelled:
@@ -468,6 +565,8 @@ class Engine:
                 act.frames += 1
                 if len(act.pending) >= act.target:
                     self._emit(act)
+                return
+            if self._next_piece(act):
                 return
             if act.pending:
                 self._emit(act)

@@ -71,6 +71,9 @@ class Timing:
     prefix_positions: int = 0
     #: Parts the prefill ran in (more than 1 when it was interleaved with other streams' frames).
     prefill_parts: int = 0
+    #: Pieces a long text was spoken in (1: the whole text at once); per piece, when more than one:
+    #: ``extra["pieces"]`` (characters, frames, finish reason, prefill ms, prefilled ahead or not).
+    pieces: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
