@@ -40,7 +40,7 @@ def test_csv_rows_good_and_bad() -> None:
         (4, "id"),
         (5, "text"),
         (6, "id"),
-        (7, "sampling.temperature"),
+        (7, "temperature"),
     ]
     welcome, hold = m.prompts
     assert welcome.request.sampling.seed == default_seed("welcome")

@@ -1,6 +1,6 @@
 """The layering rules of docs/architecture.md, checked on the source tree's import graph.
 
-- only ``serving/`` imports runpod and rq, only ``storage/`` imports boto3/botocore;
+- only ``serving/`` imports runpod, rq and web frameworks, only ``storage/`` imports boto3/botocore;
 - kernels import no voxcast code but their own (and errors);
 - models import nothing from the engine, the service, serving, prerendering, storage or caches;
 - nothing outside ``models/`` (and the test checkpoints of ``testing/``) imports a concrete model family (only ``models.base``, ``models.registry``
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "voxcast"
-FORBIDDEN = ("runpod", "rq", "boto3", "botocore", "redis")
+FORBIDDEN = ("runpod", "rq", "boto3", "botocore", "redis", "fastapi", "starlette", "uvicorn")
 
 #: Packages (under voxcast.) a model may import.
 MODEL_MAY_IMPORT = ("voxcast.models", "voxcast.kernels", "voxcast.errors", "voxcast.audio", "voxcast.lru")
@@ -165,14 +165,15 @@ def test_engine_and_models_import_no_serving_library() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_only_serving_imports_runpod_and_rq_only_storage_imports_boto3() -> None:
+def test_only_serving_imports_runpod_rq_and_web_frameworks_only_storage_imports_boto3() -> None:
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
         tree = ast.parse(path.read_text())
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level]
         roots = {name.split(".")[0] for name in names}
-        if roots & {"runpod", "rq"}:
-            assert rel.startswith("serving/"), f"{rel} imports {roots & {'runpod', 'rq'}}"
+        serving_libs = roots & {"runpod", "rq", "fastapi", "starlette", "uvicorn", "websockets", "pipecat"}
+        if serving_libs:
+            assert rel.startswith(("serving/", "integrations/")), f"{rel} imports {serving_libs}"
         if roots & {"boto3", "botocore"}:
             assert rel.startswith("storage/"), f"{rel} imports boto3"

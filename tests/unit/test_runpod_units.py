@@ -13,10 +13,10 @@ import pytest
 
 from voxcast.engine.request import request_id_for
 from voxcast.errors import InvalidRequest
+from voxcast.serving.pump import ThreadPump
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.messages import ErrorPayload, audio_messages, error_message, final_message
 from voxcast.serving.runpod.mirror import mirror_key
-from voxcast.serving.runpod.pump import ThreadPump
 
 # ------------------------------------------------------------------------- config
 

@@ -203,5 +203,8 @@ def parse_request(data: Mapping[str, Any] | SynthesisRequest) -> SynthesisReques
         field = str((first.get("ctx") or {}).get("field") or _field_of(first))
         if field == "input":
             field = "text"
+        head, _, rest = field.partition(".")
+        if head == "sampling" and "sampling" not in data and rest.split(".")[0] in data:
+            field = rest  # sent at the top level (the flat form): name it as sent
         msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         raise InvalidRequest(f"{field}: {msg}", field=field) from e

@@ -22,6 +22,7 @@ _MODULES = (
     "voxcast.serving.cli.testmodel",
     "voxcast.serving.cli.queue",
     "voxcast.serving.cli.store",
+    "voxcast.serving.http.main",
 )
 
 

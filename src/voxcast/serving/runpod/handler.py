@@ -17,7 +17,7 @@ Each job's ``input`` is one of:
 * ``{"action": "list_voices"}`` -> ``{"voices": [...]}``.
 
 Every bad input ends the job with ``{"error": {"code", "message", "field"}}`` and the worker keeps
-serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.runpod.pump.ThreadPump`),
+serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.pump.ThreadPump`),
 so the SDK's event loop, which also POSTs the messages and runs other jobs, never blocks on the model.
 When the platform stops a job it cancels the job's asyncio task; the handler then cancels the engine
 stream, which ends within one frame.
@@ -40,10 +40,10 @@ from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
+from voxcast.serving.pump import ThreadPump
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.messages import audio_messages, error_message, final_message
 from voxcast.serving.runpod.mirror import RedisMirror
-from voxcast.serving.runpod.pump import ThreadPump
 
 if TYPE_CHECKING:
     from voxcast.service import Service

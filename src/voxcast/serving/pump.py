@@ -5,7 +5,8 @@ The RunPod SDK runs every job as a task on one event loop (several at once when
 stream blocks while the model computes the next frame, so it must never be iterated on the loop:
 :class:`ThreadPump` iterates it on a dedicated thread and hands each item over with
 ``loop.call_soon_threadsafe``. A bounded number of items may wait for the consumer; beyond that the
-producer thread waits (back-pressure), never the loop.
+producer thread waits (back-pressure), never the loop. Used by the RunPod handler and the HTTP server;
+the HTTP server also gives up on a consumer that stops reading (``stall_s``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class ThreadPump(Generic[T]):
         on_item: called on the producer thread with each item before it is handed over (for
             blocking side work such as publishing to Redis); an exception from it ends the pump.
         name: thread name (for logs and debuggers).
+        stall_s: give up on a consumer that leaves the queue full this long (a client that stopped
+            reading): the pump closes itself, sets :attr:`stalled` and calls ``on_stall`` (e.g. to
+            cancel the source). None: wait as long as it takes.
+        on_stall: called on the producer thread when ``stall_s`` ran out.
 
     Use ``async for item in pump`` after :meth:`start`; call :meth:`close` when the consumer stops
     early (it never blocks). After ``close`` the producer keeps iterating ``source`` to its end but
@@ -51,11 +56,17 @@ class ThreadPump(Generic[T]):
         maxsize: int = 16,
         on_item: Callable[[T], None] | None = None,
         name: str = "voxcast-pump",
+        stall_s: float | None = None,
+        on_stall: Callable[[], None] | None = None,
     ) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be >= 1")
         self._source = source
         self._on_item = on_item
+        self._stall_s = stall_s
+        self._on_stall = on_stall
+        self.stalled = False
+        """True once the consumer left the queue full for ``stall_s`` (the pump then closed itself)."""
         self._slots = threading.Semaphore(maxsize)
         self._closed = threading.Event()
         self._finished = threading.Event()
@@ -148,7 +159,15 @@ class ThreadPump(Generic[T]):
                 continue
             if self._on_item is not None:
                 self._on_item(item)
-            self._slots.acquire()
+            if not self._slots.acquire(timeout=self._stall_s):
+                self.stalled = True
+                self._closed.set()
+                log.warning(
+                    "pump %s: the consumer stopped reading for %.1f s", self._thread.name, self._stall_s
+                )
+                if self._on_stall is not None:
+                    self._on_stall()
+                continue
             if not self._closed.is_set():
                 self._post(_ITEM, item)
 

@@ -1,0 +1,207 @@
+"""The ASGI application (FastAPI on Starlette, served by uvicorn): routes, auth, errors, readiness.
+
+Routes: ``POST /v1/audio/speech`` (OpenAI-compatible, :mod:`.streaming`), ``/v1/audio/voices``
+(:mod:`.voices`), ``GET /v1/models``, and ``/ping`` / ``/health`` for load balancers (RunPod's
+load-balancing endpoints: 204 while the model loads and warms, 200 once ready). The service is held
+by a :class:`ServiceHolder`, which may load it in the background so the health routes answer at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from voxcast.errors import VoxcastError
+from voxcast.service import Service
+from voxcast.serving.http.body import read_json
+from voxcast.serving.http.config import HttpConfig
+from voxcast.serving.http.errors import HttpError, error_body, error_for
+from voxcast.serving.http.speech import speech_request
+from voxcast.serving.http.streaming import Counters, open_speech
+from voxcast.serving.http.voices import voice_routes
+
+__all__ = ["ServiceHolder", "create_app", "health_app"]
+
+log = logging.getLogger(__name__)
+
+#: voxcast's request fields under the names OpenAI's clients send.
+_OPENAI_NAMES = {"text": "input", "instruct": "instructions"}
+
+
+class ServiceHolder:
+    """The service the routes use: given ready, or loaded on a background thread (:meth:`load_in_background`).
+
+    ``state`` is ``loading``, ``ready`` or ``failed``.
+    """
+
+    def __init__(self, service: Service | None = None) -> None:
+        self.service = service
+        self.state = "ready" if service is not None else "loading"
+        self.error: str | None = None
+        self.load_s: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def load_in_background(
+        self, load: Callable[[], Service], on_failure: Callable[[BaseException], None]
+    ) -> None:
+        """Run ``load`` on a thread; ``on_failure`` gets its exception (the server then exits)."""
+
+        def run() -> None:
+            t0 = time.perf_counter()
+            try:
+                self.service = load()
+            except BaseException as e:
+                self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+                log.exception("voxcast serve: loading the service failed")
+                on_failure(e)
+                return
+            self.load_s = time.perf_counter() - t0
+            self.state = "ready"
+            log.info("voxcast serve: ready (loaded and warmed in %.1f s)", self.load_s)
+
+        self._thread = threading.Thread(target=run, name="voxcast-load", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until loading ended; True if the service is ready."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return self.state == "ready"
+
+    def get(self) -> Service:
+        """The ready service; 503 (with ``Retry-After``) while it loads or after it failed."""
+        if self.service is None or self.state != "ready":
+            message = (
+                "the model is loading"
+                if self.state == "loading"
+                else f"the service failed to load: {self.error}"
+            )
+            raise HttpError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
+        return self.service
+
+
+def _error_response(e: BaseException) -> JSONResponse:
+    err = error_for(e)
+    return JSONResponse(
+        error_body(err.status, err.message, err.code, err.field), err.status, headers=err.headers
+    )
+
+
+def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
+    """200 ready, 204 loading or warming (RunPod's convention), 503 failed."""
+    if holder.state == "loading":
+        return Response(status_code=204)
+    if holder.state == "failed":
+        return JSONResponse({"status": "failed", "error": holder.error}, 503)
+    body: dict[str, Any] = {"status": "ready", "load_s": holder.load_s}
+    if holder.service is not None:
+        body["model"] = holder.service.engine.identity
+    if counters is not None:
+        body["requests"] = counters.__dict__
+    return JSONResponse(body)
+
+
+def _install_errors(app: FastAPI) -> None:
+    async def voxcast_error(_: Request, e: Exception) -> JSONResponse:
+        return _error_response(e)
+
+    async def http_error(_: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return JSONResponse(error_body(e.status_code, str(e.detail), code), e.status_code, headers=e.headers)
+
+    async def validation_error(_: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, RequestValidationError)
+        first = e.errors()[0] if e.errors() else {}
+        field = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        return JSONResponse(
+            error_body(400, str(first.get("msg", "invalid request")), "invalid_request", field), 400
+        )
+
+    app.add_exception_handler(HttpError, voxcast_error)
+    app.add_exception_handler(VoxcastError, voxcast_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+
+
+def health_app(holder: ServiceHolder) -> FastAPI:
+    """Only ``/ping`` and ``/health`` (for a separate ``PORT_HEALTH``)."""
+    app = FastAPI(title="voxcast health", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_api_route("/ping", lambda: _health(holder, None), methods=["GET"])
+    app.add_api_route("/health", lambda: _health(holder, None), methods=["GET"])
+    return app
+
+
+def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
+    """The API application on ``holder``'s service."""
+    app = FastAPI(title="voxcast", summary="Streaming text-to-speech (OpenAI-compatible speech API)")
+    counters = Counters()
+    app.state.counters = counters
+    app.state.holder = holder
+    _install_errors(app)
+
+    async def authorize(request: Request) -> None:
+        if config.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), config.api_key.encode()
+        ):
+            raise HttpError(
+                401,
+                "missing or wrong API key (Authorization: Bearer <VOXCAST_API_KEY>)",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    app.add_api_route("/ping", lambda: _health(holder, counters), methods=["GET"])
+    app.add_api_route("/health", lambda: _health(holder, counters), methods=["GET"])
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+    @v1.get("/models")
+    async def models() -> dict[str, Any]:
+        service = holder.get()
+        model = {"id": service.engine.identity, "object": "model", "created": 0, "owned_by": "voxcast"}
+        return {"object": "list", "data": [model]}
+
+    @v1.post("/audio/speech")
+    async def speech(request: Request) -> Response:
+        counters.requests += 1
+        body: Any = None
+        try:
+            service = holder.get()
+            body = await read_json(request, config.max_body_bytes)
+            fields, stream_format = speech_request(body)
+            header_id = request.headers.get("x-request-id")
+            if header_id and "request_id" not in fields:
+                fields["request_id"] = header_id
+            stream = service.synthesize(fields)
+            return await open_speech(
+                stream, stream_format, counters, queue_chunks=config.queue_chunks, stall_s=config.stall_s
+            )
+        except (HttpError, VoxcastError) as e:
+            sent = body if isinstance(body, dict) else {}
+            if isinstance(e, VoxcastError) and e.field in _OPENAI_NAMES and _OPENAI_NAMES[e.field] in sent:
+                e.field = _OPENAI_NAMES[e.field]  # name the field as the client sent it
+            counters.error(error_for(e).code)
+            return _error_response(e)
+        except Exception as e:
+            counters.error("internal_error")
+            log.exception("speech request failed before its first audio")
+            return _error_response(e)
+
+    v1.include_router(voice_routes(holder.get, config.max_body_bytes))
+    app.include_router(v1)
+    return app

@@ -1,0 +1,79 @@
+"""Settings of the HTTP server, built from an environment mapping (and ``voxcast serve`` flags).
+
+Only the server's own knobs live here; the model, device, storage and chunking come from the service
+configuration (``voxcast.service.ServiceConfig``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from voxcast.envvars import env_float, env_int, env_str
+
+__all__ = ["HttpConfig"]
+
+_MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """How the HTTP server runs. Build with :meth:`from_env`.
+
+    Attributes:
+        host: interface to listen on (``VOXCAST_HOST``, ``127.0.0.1``; ``0.0.0.0`` in a container).
+        port: port of the API (``VOXCAST_PORT``, else RunPod's ``PORT``, else 8000).
+        health_port: a second port answering only ``/ping`` and ``/health`` (RunPod load-balancing
+            endpoints' ``PORT_HEALTH``; unset or equal to ``port``: the API port answers them).
+        api_key: bearer token every ``/v1/*`` request must carry (``VOXCAST_API_KEY``; unset = no
+            auth). Health and metrics routes stay open.
+        max_body_bytes: largest request body (``VOXCAST_HTTP_MAX_BODY_MB``, 16): a bigger one gets 413.
+        queue_chunks: encoded chunks buffered per stream between the engine and the socket
+            (``VOXCAST_HTTP_QUEUE_CHUNKS``, 32).
+        stall_s: a client that leaves that buffer full this long (it stopped reading) has its stream
+            cancelled and counted (``VOXCAST_HTTP_STALL_S``, 10).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    health_port: int | None = None
+    api_key: str | None = None
+    max_body_bytes: int = 16 * _MB
+    queue_chunks: int = 32
+    stall_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, not {self.port}")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port must be 0..65535, not {self.health_port}")
+        if self.max_body_bytes < 1024:
+            raise ValueError("max_body_bytes must be >= 1024")
+        if self.queue_chunks < 1:
+            raise ValueError("queue_chunks must be >= 1")
+        if self.stall_s <= 0:
+            raise ValueError("stall_s must be > 0")
+
+    @property
+    def separate_health_port(self) -> bool:
+        return self.health_port is not None and self.health_port != self.port
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> HttpConfig:
+        """Build from environment variables; unset ones keep their defaults.
+
+        Raises:
+            ValueError: a variable that does not parse or is out of range (named in the message).
+        """
+        d = cls()
+        port_var = "VOXCAST_PORT" if env_str(env, "VOXCAST_PORT") else "PORT"
+        health = env_str(env, "PORT_HEALTH")
+        return cls(
+            host=env_str(env, "VOXCAST_HOST") or d.host,
+            port=env_int(env, port_var, d.port, lo=0, hi=65535),
+            health_port=env_int(env, "PORT_HEALTH", 0, lo=0, hi=65535) if health else None,
+            api_key=env_str(env, "VOXCAST_API_KEY"),
+            max_body_bytes=int(env_float(env, "VOXCAST_HTTP_MAX_BODY_MB", 16.0, positive=True) * _MB),
+            queue_chunks=env_int(env, "VOXCAST_HTTP_QUEUE_CHUNKS", d.queue_chunks, lo=1, hi=4096),
+            stall_s=env_float(env, "VOXCAST_HTTP_STALL_S", d.stall_s, positive=True),
+        )

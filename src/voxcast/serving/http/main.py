@@ -1,0 +1,142 @@
+"""``voxcast serve`` / ``server.py``: the HTTP server process.
+
+The API port answers ``/ping`` with 204 at once, while the service loads and warms on a background
+thread, and with 200 once it is ready (RunPod load-balancing endpoints route traffic only then); a
+failed load exits with code 1. SIGTERM/SIGINT stop accepting connections, let uvicorn finish open
+responses within ``VOXCAST_DRAIN_S`` (30), then close the service (voice writes still queued reach the
+store) and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import uvicorn
+
+from voxcast.envvars import env_float
+from voxcast.serving.http.config import HttpConfig
+
+__all__ = ["add_parsers", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that stops its peers too (the API and the health port share one signal)."""
+
+    peers: list[uvicorn.Server]
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        for peer in self.peers:
+            peer.should_exit = True
+
+
+def _die(code: int) -> None:
+    logging.shutdown()
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            s.flush()
+    os._exit(code)
+
+
+def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = None) -> int:
+    """Run the HTTP server until SIGTERM/SIGINT; returns the exit code (0 after a clean stop)."""
+    from voxcast.service import Service, ServiceConfig  # imports torch: not for ``voxcast --help``
+    from voxcast.serving.http.app import ServiceHolder, create_app, health_app
+
+    env = os.environ if env is None else env
+    http = HttpConfig.from_env(env) if http is None else http
+    service_config = ServiceConfig.from_env(env)
+    drain_s = env_float(env, "VOXCAST_DRAIN_S", 30.0, lo=0.0)
+    holder = ServiceHolder()
+    app = create_app(holder, http)
+
+    def config(asgi: Any, port: int) -> uvicorn.Config:
+        return uvicorn.Config(
+            asgi,
+            host=http.host,
+            port=port,
+            log_config=None,  # voxcast's logging (VOXCAST_LOG_LEVEL), not uvicorn's own
+            timeout_graceful_shutdown=max(1, int(drain_s)),
+            lifespan="off",
+        )
+
+    servers = [_Server(config(app, http.port))]
+    if http.separate_health_port:
+        assert http.health_port is not None
+        servers.append(_Server(config(health_app(holder), http.health_port)))
+    for s in servers:
+        s.peers = [p for p in servers if p is not s]
+
+    def failed(_: BaseException) -> None:
+        threading.Timer(0.5, _die, (1,)).start()  # let /ping report the failure briefly
+
+    holder.load_in_background(lambda: Service.load(service_config), failed)
+    log.info(
+        "voxcast serve: listening on %s:%d (health on %s)",
+        http.host,
+        http.port,
+        http.health_port or http.port,
+    )
+    # uvicorn re-raises a signal it handled once it has stopped; a quiet handler makes that a no-op,
+    # so the process closes the service and exits 0.
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+
+    async def run_all() -> None:
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    asyncio.run(run_all())
+    if holder.service is not None:
+        log.info("voxcast serve: stopped; closing the service")
+        holder.service.close()
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the HTTP server (OpenAI-compatible /v1/audio/speech, voices, /ping)",
+        description="Serve the OpenAI-compatible speech API and voice management over HTTP. Settings "
+        "come from VOXCAST_* variables; flags override them.",
+    )
+    p.add_argument("--host", help="interface to listen on (default: VOXCAST_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="API port (default: VOXCAST_PORT, PORT or 8000)")
+    p.add_argument("--health-port", type=int, help="a separate port for /ping (default: PORT_HEALTH)")
+    p.add_argument("--model", help="checkpoint directory or hub id (default: VOXCAST_MODEL)")
+    p.add_argument("--device", help="auto, cpu, cuda (default: VOXCAST_DEVICE)")
+    p.add_argument("--dtype", help="auto, float32, bfloat16 (default: VOXCAST_DTYPE)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    for flag, name in (
+        ("host", "VOXCAST_HOST"),
+        ("port", "VOXCAST_PORT"),
+        ("health_port", "PORT_HEALTH"),
+        ("model", "VOXCAST_MODEL"),
+        ("device", "VOXCAST_DEVICE"),
+        ("dtype", "VOXCAST_DTYPE"),
+    ):
+        if getattr(args, flag) is not None:
+            env[name] = str(getattr(args, flag))
+    return serve(env)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``server.py``: ``voxcast serve`` with the same flags."""
+    from voxcast.serving.cli.main import main as cli_main
+
+    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])

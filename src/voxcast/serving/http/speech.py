@@ -1,0 +1,59 @@
+"""OpenAI's ``POST /v1/audio/speech`` body -> voxcast's request schema (and the stream format).
+
+OpenAI's fields: ``model`` (any name: one model per server), ``input`` (the text), ``voice`` (a name,
+or ``{"id": ...}`` for a registered voice), ``instructions`` (voxcast's ``instruct``),
+``response_format`` (OpenAI's default ``mp3``; ``aac`` has no maintained encoder here and is refused
+naming the field), ``speed`` (only 1.0: the models have no rate control, so any other value is a
+clear error rather than silently ignored) and ``stream_format`` (``audio`` or ``sse``). Every other
+field of voxcast's schema (``seed``, ``language``, ``sample_rate``, ``cache``...) is accepted as an
+extension and validated by the schema, which names the offending field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from voxcast.errors import InvalidRequest
+
+__all__ = ["STREAM_FORMATS", "speech_request"]
+
+STREAM_FORMATS = ("audio", "sse")
+_FORMATS = "mp3, opus, flac, wav, pcm, mulaw or alaw"
+
+
+def speech_request(body: Any) -> tuple[dict[str, Any], str]:
+    """``(voxcast request mapping, stream format)`` for an OpenAI speech request body.
+
+    Raises:
+        InvalidRequest: naming the OpenAI field at fault (the schema checks the rest later).
+    """
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("the request body must be a JSON object", field="request")
+    out = dict(body)
+    out.pop("model", None)
+    stream_format = out.pop("stream_format", "audio")
+    if stream_format not in STREAM_FORMATS:
+        raise InvalidRequest(
+            f"stream_format must be audio or sse, not {stream_format!r}", field="stream_format"
+        )
+    speed = out.pop("speed", 1.0)
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not 0.25 <= speed <= 4.0:
+        raise InvalidRequest("speed must be a number from 0.25 to 4.0", field="speed")
+    if speed != 1.0:
+        raise InvalidRequest(
+            "speed: only 1.0 is supported (the models have no speaking-rate control)", field="speed"
+        )
+    if "instructions" in out:
+        if out.get("instruct") is not None:
+            raise InvalidRequest("give instructions or instruct, not both", field="instructions")
+        out["instruct"] = out.pop("instructions")
+    voice = out.get("voice")
+    if isinstance(voice, Mapping):
+        if set(voice) != {"id"} or not isinstance(voice["id"], str):
+            raise InvalidRequest('voice as an object must be {"id": "<voice id>"}', field="voice.id")
+        out["voice"] = voice["id"]
+    fmt = out.setdefault("response_format", "mp3")
+    if fmt == "aac":
+        raise InvalidRequest(f"response_format aac is not available; use {_FORMATS}", field="response_format")
+    return out, stream_format

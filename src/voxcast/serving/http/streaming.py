@@ -1,0 +1,194 @@
+"""One speech request's response: the service stream pumped off the event loop onto the socket.
+
+The service stream is iterated on its own thread (:class:`~voxcast.serving.pump.ThreadPump`); the
+route waits for the first chunk before it answers, so an error found by then (an unknown voice, a
+bad reference) is a 4xx JSON error, and the first bytes leave as soon as the first chunk exists.
+Then:
+
+- ``stream_format=audio``: the body is the audio bytes, chunked as they come. An error after the
+  first bytes aborts the connection (the client sees an incomplete body, never a silent cut).
+- ``stream_format=sse``: ``speech.audio.delta`` events with base64 audio, then one
+  ``speech.audio.done`` event with ``usage`` and voxcast's ``timing`` (or an ``error`` event).
+
+A client that disconnects cancels its generation (the engine stops within one frame); one that stops
+reading while its buffer is full for ``stall_s`` has its stream cancelled and counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from voxcast.audio.formats import stream_content_type
+from voxcast.service import EncodedChunk, ServiceStream
+from voxcast.serving.http.errors import error_body, error_for
+from voxcast.serving.pump import ThreadPump
+
+__all__ = ["Counters", "open_speech"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counters:
+    """What the server counts (reported by ``/health``; ``/metrics`` comes with the operations work)."""
+
+    requests: int = 0
+    completed: int = 0
+    errors: int = 0
+    disconnected: int = 0
+    stalled: int = 0
+    by_code: dict[str, int] = field(default_factory=dict)
+
+    def error(self, code: str) -> None:
+        self.errors += 1
+        self.by_code[code] = self.by_code.get(code, 0) + 1
+
+
+class _Response(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends (sent, failed or disconnected)."""
+
+    def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None], **kw: Any) -> None:
+        super().__init__(body, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def _usage(stream: ServiceStream) -> dict[str, Any]:
+    """OpenAI's ``usage`` object: input tokens are the text's characters, output tokens 80 ms frames."""
+    frames = stream.result.timing.frames if stream.result is not None else 0
+    chars = len(stream.request.text)
+    return {"input_tokens": chars, "output_tokens": frames, "total_tokens": chars + frames}
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+
+
+def _delta(chunk: EncodedChunk) -> bytes:
+    return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.data).decode("ascii")})
+
+
+async def open_speech(
+    stream: ServiceStream, stream_format: str, counters: Counters, *, queue_chunks: int, stall_s: float
+) -> StreamingResponse:
+    """Start ``stream``, wait for its first chunk and return the response that streams the rest.
+
+    Raises:
+        whatever the stream raised before its first chunk (the route turns it into a JSON error).
+    """
+
+    def stalled() -> None:
+        stream.cancel()
+        counters.stalled += 1
+
+    pump: ThreadPump[EncodedChunk] = ThreadPump(
+        stream,
+        maxsize=queue_chunks,
+        name=f"voxcast-http-{stream.request_id[:12]}",
+        stall_s=stall_s,
+        on_stall=stalled,
+    ).start()
+    try:
+        first: EncodedChunk | None = await pump.__anext__()
+    except StopAsyncIteration:
+        first = None  # no audio at all (e.g. a text that ends at once): an empty body
+    except BaseException:
+        stream.cancel()
+        pump.close()
+        raise
+
+    def on_close() -> None:
+        if not pump.finished:  # the client went away (or the send failed) before the end
+            counters.disconnected += 1
+            log.info("request %s: client gone; generation cancelled", stream.request_id)
+            stream.cancel()
+        pump.close()
+
+    req = stream.request
+    headers = {
+        "X-Request-Id": stream.request_id,
+        "X-Accel-Buffering": "no",
+        "Cache-Control": "no-cache",
+        "X-Voxcast-TTFA-Ms": f"{first.t_ms:.1f}" if first is not None else "",
+    }
+    if stream_format == "sse":
+        return _Response(
+            _sse_body(stream, pump, first, counters),
+            on_close,
+            media_type="text/event-stream",
+            headers=headers,
+        )
+    media = stream_content_type(req.response_format, req.sample_rate)
+    return _Response(_audio_body(stream, pump, first, counters), on_close, media_type=media, headers=headers)
+
+
+def _finished(stream: ServiceStream, pump: ThreadPump[EncodedChunk], counters: Counters) -> None:
+    """Log and count a stream that ran to its end."""
+    if pump.stalled:
+        raise ConnectionAbortedError(f"request {stream.request_id}: the client stopped reading")
+    counters.completed += 1
+    if stream.result is not None:
+        t = stream.result.timing
+        log.info(
+            "request %s: %s, %d frames, first audio %.0f ms, total %.0f ms",
+            stream.request_id,
+            t.finish_reason,
+            t.frames,
+            t.ttfa_ms or 0.0,
+            t.total_ms,
+        )
+
+
+async def _audio_body(
+    stream: ServiceStream, pump: ThreadPump[EncodedChunk], first: EncodedChunk | None, counters: Counters
+) -> AsyncIterator[bytes]:
+    if first is not None:
+        yield first.data
+    try:
+        async for chunk in pump:
+            yield chunk.data
+    except Exception as e:
+        counters.error(error_for(e).code)
+        log.exception("request %s failed after its first audio; connection aborted", stream.request_id)
+        raise
+    _finished(stream, pump, counters)
+
+
+async def _sse_body(
+    stream: ServiceStream, pump: ThreadPump[EncodedChunk], first: EncodedChunk | None, counters: Counters
+) -> AsyncIterator[bytes]:
+    if first is not None:
+        yield _delta(first)
+    try:
+        async for chunk in pump:
+            yield _delta(chunk)
+    except Exception as e:
+        err = error_for(e)
+        counters.error(err.code)
+        log.exception("request %s failed after its first audio", stream.request_id)
+        yield _sse({"type": "error", **error_body(err.status, err.message, err.code, err.field)})
+        return
+    _finished(stream, pump, counters)
+    done: dict[str, Any] = {
+        "type": "speech.audio.done",
+        "usage": _usage(stream),
+        "request_id": stream.request_id,
+    }
+    if stream.result is not None:
+        result = stream.result.to_dict()
+        done["timing"] = result.pop("timing")
+        done["result"] = result
+    yield _sse(done)

@@ -1,0 +1,419 @@
+"""The HTTP server with real clients: the official ``openai`` SDK, httpx, curl and raw sockets, against
+uvicorn on a free loopback port serving tiny checkpoints."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from tests.fixtures.engines import reference_wav
+from tests.fixtures.http_server import running
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.service import Service, ServiceConfig, ServiceStream
+from voxcast.serving.http.app import ServiceHolder, create_app
+from voxcast.serving.http.config import HttpConfig
+from voxcast.storage.local import LocalBlobStore
+
+Factory = Callable[[str], Path]
+KEY = "sk-test-key"
+SAY = {"model": "tts", "input": "Hello there, how are you?", "voice": "ryan"}
+
+
+class Recorder:
+    """Keeps every ServiceStream the server opened (to check how each one ended)."""
+
+    def __init__(self, service: Service) -> None:
+        self.streams: list[ServiceStream] = []
+        self._service = service
+        self._inner = inner = service.synthesize
+
+        def synthesize(*a: Any, **kw: Any) -> ServiceStream:
+            stream = inner(*a, **kw)
+            self.streams.append(stream)
+            return stream
+
+        service.synthesize = synthesize  # type: ignore[method-assign]
+
+    def stream(self, index: int, timeout_s: float = 30.0) -> ServiceStream:
+        """The ``index``-th stream opened (waited for: the server opens it on its own thread)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.streams) <= index:
+            assert time.monotonic() < deadline, "the server never opened the stream"
+            time.sleep(0.02)
+        return self.streams[index]
+
+    def restore(self) -> None:
+        self._service.synthesize = self._inner  # type: ignore[method-assign]
+
+
+def _ended(stream: ServiceStream, timeout_s: float = 30.0) -> Any:
+    """The stream's result once its generation has ended (polled: the server's thread finishes it)."""
+    deadline = time.monotonic() + timeout_s
+    while stream.result is None:
+        assert time.monotonic() < deadline, "the stream never ended"
+        time.sleep(0.02)
+    return stream.result
+
+
+@pytest.fixture(scope="module")
+def cv_service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    store = LocalBlobStore(tmp_path_factory.mktemp("store"), fsync=False)
+    service = Service.assemble(ServiceConfig(), engine, store)
+    yield service
+    service.close()
+
+
+@pytest.fixture(scope="module")
+def server(cv_service: Service) -> Iterator[tuple[str, Any, Recorder]]:
+    """(base URL, app, recorder) of a server with an API key on the tiny CustomVoice model."""
+    app = create_app(ServiceHolder(cv_service), HttpConfig(api_key=KEY, max_body_bytes=64 * 1024))
+    recorder = Recorder(cv_service)
+    with running(app) as url:
+        yield url, app, recorder
+
+
+@pytest.fixture
+def client(server: tuple[str, Any, Recorder]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key=KEY, max_retries=0)
+
+
+def _direct(service: Service, **fields: Any) -> bytes:
+    """The same request through the service directly (no HTTP)."""
+    req = {k: v for k, v in {**SAY, **fields}.items() if k != "model"}
+    req["text"] = req.pop("input")
+    return b"".join(c.data for c in service.synthesize(req))
+
+
+def _sse_events(lines: Iterator[str]) -> list[dict[str, Any]]:
+    return [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ")]
+
+
+# -- OpenAI SDK --------------------------------------------------------------------------------------
+def test_openai_sdk_streams_audio_equal_to_the_service(client: openai.OpenAI, cv_service: Service) -> None:
+    extra = {"seed": 3, "max_frames": 10, "cache": False}
+    with client.audio.speech.with_streaming_response.create(
+        **SAY, response_format="pcm", extra_body=extra
+    ) as response:
+        assert response.headers["content-type"].startswith("audio/pcm")
+        assert response.headers["x-accel-buffering"] == "no"
+        assert float(response.headers["x-voxcast-ttfa-ms"]) > 0
+        parts = list(response.iter_bytes())
+    body = b"".join(parts)
+    assert len(body) == 10 * 1920 * 2  # 10 frames of 24 kHz s16le
+    assert body == _direct(cv_service, response_format="pcm", **extra)
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "opus", "mulaw"])
+def test_openai_sdk_every_format(client: openai.OpenAI, cv_service: Service, fmt: str) -> None:
+    extra = {"seed": 5, "max_frames": 6, "cache": False}
+    if fmt == "mulaw":
+        extra["sample_rate"] = 8000
+    audio = client.audio.speech.create(**SAY, response_format=fmt, extra_body=extra)  # type: ignore[arg-type]
+    direct = _direct(cv_service, response_format=fmt, **extra)
+    if fmt == "opus":  # each Ogg stream gets a random serial number: compare the decoded audio
+        assert audio.content[:4] == b"OggS"
+        assert np.array_equal(sf.read(io.BytesIO(audio.content))[0], sf.read(io.BytesIO(direct))[0])
+    else:
+        assert audio.content == direct
+
+
+def test_openai_sdk_sse_deltas_and_done_with_usage_and_timing(
+    client: openai.OpenAI, cv_service: Service
+) -> None:
+    extra = {"seed": 7, "max_frames": 9, "cache": False}
+    with client.audio.speech.with_streaming_response.create(
+        **SAY, response_format="pcm", stream_format="sse", extra_body=extra
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = _sse_events(response.iter_lines())
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2 and events[-1]["type"] == "speech.audio.done"
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert audio == _direct(cv_service, response_format="pcm", **extra)
+    done = events[-1]
+    assert done["usage"]["output_tokens"] == 9 and done["usage"]["input_tokens"] == len(SAY["input"])
+    assert done["timing"]["frames"] == 9 and done["timing"]["ttfa_ms"] > 0
+    assert done["result"]["request_id"] == done["request_id"]
+
+
+def test_a_cache_hit_streams_the_same_file(client: openai.OpenAI) -> None:
+    extra = {"seed": 11, "max_frames": 5}
+    first = client.audio.speech.create(**SAY, response_format="wav", extra_body=extra).content
+    again = client.audio.speech.create(**SAY, response_format="wav", extra_body=extra).content
+    assert first[:4] == again[:4] == b"RIFF" and first[44:] == again[44:]
+    # the miss streamed a header of unknown sizes; the hit streams the stored file, sizes filled in
+    assert first[4:8] == b"\xff" * 4 and int.from_bytes(again[4:8], "little") == len(again) - 8
+
+
+def test_models_lists_the_loaded_model(client: openai.OpenAI, cv_service: Service) -> None:
+    assert [m.id for m in client.models.list()] == [cv_service.engine.identity]
+
+
+# -- errors ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fields", "param", "code"),
+    [
+        ({"input": ""}, "input", "invalid_request"),
+        ({"voice": "nobody"}, "voice", "voice_not_found"),
+        ({"speed": 1.5}, "speed", "invalid_request"),
+        ({"speed": 9}, "speed", "invalid_request"),
+        ({"response_format": "aac"}, "response_format", "invalid_request"),
+        ({"response_format": "ogg"}, "response_format", "invalid_request"),
+        ({"stream_format": "chunks"}, "stream_format", "invalid_request"),
+        ({"extra_body": {"sample_rate": 5}}, "sample_rate", "invalid_request"),
+        ({"extra_body": {"seed": "x"}}, "seed", "invalid_request"),
+    ],
+)
+def test_bad_fields_are_400_naming_the_field(
+    client: openai.OpenAI, fields: dict[str, Any], param: str, code: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.audio.speech.create(**{**SAY, **fields})
+    assert err.value.status_code == 400
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == param and body["code"] == code, body
+
+
+def test_auth_body_limit_json_and_routes(server: tuple[str, Any, Recorder]) -> None:
+    url = server[0]
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).audio.speech.create(**SAY)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/audio/speech", json=SAY).status_code == 401  # no key at all
+        auth = {"Authorization": f"Bearer {KEY}"}
+        big = http.post("/v1/audio/speech", json={**SAY, "input": "x" * 70_000}, headers=auth)
+        assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+        bad = http.post("/v1/audio/speech", content=b"{not json", headers=auth)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "request"
+        array = http.post("/v1/audio/speech", json=[1, 2], headers=auth)
+        assert array.status_code == 400 and array.json()["error"]["param"] == "request"
+        assert http.get("/v1/nothing", headers=auth).status_code == 404
+        assert http.get("/ping").status_code == 200  # health needs no key
+        assert http.get("/health").json()["status"] == "ready"
+        # the server still serves after all of that
+        ok = http.post(
+            "/v1/audio/speech", json={**SAY, "max_frames": 3, "response_format": "pcm"}, headers=auth
+        )
+        assert ok.status_code == 200 and len(ok.content) == 3 * 3840
+
+
+def test_curl_streams_a_wav(server: tuple[str, Any, Recorder]) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    body = json.dumps({**SAY, "response_format": "wav", "max_frames": 4, "seed": 1})
+    out = subprocess.run(
+        [
+            "curl",
+            "-sSN",
+            "--fail-with-body",
+            "-H",
+            f"Authorization: Bearer {KEY}",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+            server[0] + "/v1/audio/speech",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out[:4] == b"RIFF" and out[8:12] == b"WAVE"
+
+
+# -- cancellation and back-pressure ------------------------------------------------------------------
+def test_a_client_that_disconnects_cancels_its_generation(server: tuple[str, Any, Recorder]) -> None:
+    url, app, recorder = server
+    before = app.state.counters.disconnected
+    n = len(recorder.streams)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    request = {**SAY, "response_format": "pcm", "max_frames": 3000}
+    with (
+        httpx.Client(base_url=url, timeout=30, headers=auth) as http,
+        http.stream("POST", "/v1/audio/speech", json=request) as r,
+    ):
+        assert r.status_code == 200
+        next(r.iter_raw())  # the first audio, then hang up
+    stream = recorder.stream(n)
+    result = _ended(stream)
+    assert result.timing.finish_reason == "cancelled"
+    assert result.timing.frames < 3000
+    deadline = time.monotonic() + 10
+    while app.state.counters.disconnected == before:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_a_client_that_stops_reading_is_cancelled_and_counted(cv_service: Service) -> None:
+    config = HttpConfig(queue_chunks=1, stall_s=0.3)
+    app = create_app(ServiceHolder(cv_service), config)
+    recorder = Recorder(cv_service)
+    try:
+        with running(app) as url:
+            port = int(url.rsplit(":", 1)[1])
+            body = json.dumps(
+                {**SAY, "response_format": "pcm", "sample_rate": 48000, "max_frames": 8000}
+            ).encode()
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(
+                b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            try:
+                result = _ended(recorder.stream(0), timeout_s=120)  # never read: the server gives up
+            finally:
+                sock.close()
+            assert result.timing.finish_reason == "cancelled" and result.timing.frames < 8000
+            assert app.state.counters.stalled == 1
+            # and the server goes on serving others
+            ok = httpx.post(
+                url + "/v1/audio/speech", json={**SAY, "max_frames": 2, "response_format": "pcm"}, timeout=30
+            )
+            assert ok.status_code == 200 and len(ok.content) == 2 * 3840
+    finally:
+        recorder.restore()
+
+
+def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(client: openai.OpenAI) -> None:
+    def say(seed: int) -> bytes:
+        extra = {"seed": seed, "max_frames": 6 + seed % 3, "cache": False}
+        return client.audio.speech.create(**SAY, response_format="pcm", extra_body=extra).content
+
+    alone = [say(seed) for seed in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(say, range(8)))
+    assert together == alone
+    assert len(set(alone)) == 8
+
+
+# -- voices ------------------------------------------------------------------------------------------
+def test_voices_upload_list_use_delete(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("base")), device="cpu", warmup=False))
+    service = Service.assemble(ServiceConfig(), engine, LocalBlobStore(tmp_path / "store", fsync=False))
+    try:
+        with (
+            running(create_app(ServiceHolder(service), HttpConfig())) as url,
+            httpx.Client(base_url=url, timeout=60) as http,
+        ):
+            wav = reference_wav(24000, 2.0)
+            made = http.post(
+                "/v1/audio/voices",
+                files={"audio": ("ref.wav", wav, "audio/wav")},
+                data={"ref_text": "A test voice."},
+            )
+            assert made.status_code == 201, made.text
+            voice = made.json()
+            assert voice["id"].startswith("vx_") and voice["ref_text"] == "A test voice."
+            # the same upload as JSON gives the same id
+            again = http.post(
+                "/v1/audio/voices",
+                json={"ref_audio": base64.b64encode(wav).decode(), "ref_text": "A test voice."},
+            )
+            assert again.status_code == 201 and again.json()["id"] == voice["id"]
+            listed = http.get("/v1/audio/voices").json()["data"]
+            assert voice["id"] in [v["id"] for v in listed]
+            assert http.get(f"/v1/audio/voices/{voice['id']}").json()["ref_text"] == "A test voice."
+
+            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            audio = client.audio.speech.create(
+                model="tts",
+                input="Hello.",
+                voice={"id": voice["id"]},
+                response_format="pcm",
+                extra_body={"max_frames": 4},
+            )
+            assert len(audio.content) == 4 * 3840
+
+            assert http.delete(f"/v1/audio/voices/{voice['id']}").json()["deleted"] is True
+            assert http.delete(f"/v1/audio/voices/{voice['id']}").status_code == 404
+            assert http.get(f"/v1/audio/voices/{voice['id']}").status_code == 404
+            gone = http.post("/v1/audio/speech", json={"input": "Hi.", "voice": voice["id"]})
+            assert gone.status_code == 400 and gone.json()["error"]["code"] == "voice_not_found"
+            assert gone.json()["error"]["param"] == "voice"
+            # bad uploads name their field
+            empty = http.post("/v1/audio/voices", files={"audio": ("ref.wav", b"", "audio/wav")})
+            assert empty.status_code == 400 and empty.json()["error"]["param"] == "audio"
+            junk = http.post(
+                "/v1/audio/voices", files={"audio": ("ref.wav", b"not audio at all", "audio/wav")}
+            )
+            assert junk.status_code == 400, junk.text
+            nofile = http.post("/v1/audio/voices", data={"ref_text": "x"}, files={"other": ("a", b"1")})
+            assert nofile.status_code == 400 and nofile.json()["error"]["param"] == "audio"
+            b64 = http.post("/v1/audio/voices", json={"ref_audio": "@@@"})
+            assert b64.status_code == 400 and b64.json()["error"]["param"] == "ref_audio"
+    finally:
+        service.close()
+
+
+def test_voice_upload_on_a_model_that_cannot_clone_is_refused(server: tuple[str, Any, Recorder]) -> None:
+    r = httpx.post(
+        server[0] + "/v1/audio/voices",
+        files={"audio": ("ref.wav", reference_wav(24000, 1.0), "audio/wav")},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=30,
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "audio"
+    listed = httpx.get(
+        server[0] + "/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ).json()
+    assert all(v["builtin"] for v in listed["data"]) and "ryan" in [v["id"] for v in listed["data"]]
+
+
+# -- readiness ---------------------------------------------------------------------------------------
+def test_ping_is_204_while_loading_then_200_and_requests_wait_with_503(cv_service: Service) -> None:
+    release = threading.Event()
+    holder = ServiceHolder()
+
+    def load() -> Service:
+        release.wait(30)
+        return cv_service
+
+    holder.load_in_background(load, on_failure=lambda e: None)
+    with running(create_app(holder, HttpConfig())) as url:
+        assert httpx.get(url + "/ping").status_code == 204
+        busy = httpx.post(url + "/v1/audio/speech", json=SAY)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+        assert busy.json()["error"]["code"] == "engine_unavailable"
+        release.set()
+        assert holder.wait(30)
+        assert httpx.get(url + "/ping").status_code == 200
+        ok = httpx.post(
+            url + "/v1/audio/speech", json={**SAY, "max_frames": 2, "response_format": "pcm"}, timeout=30
+        )
+        assert ok.status_code == 200
+
+
+def test_a_failed_load_is_reported_by_ping() -> None:
+    holder = ServiceHolder()
+    failures: list[BaseException] = []
+
+    def load() -> Service:
+        raise RuntimeError("no such checkpoint")
+
+    holder.load_in_background(load, on_failure=failures.append)
+    assert not holder.wait(30)
+    with running(create_app(holder, HttpConfig())) as url:
+        r = httpx.get(url + "/ping")
+        assert r.status_code == 503 and "no such checkpoint" in r.json()["error"]
+    assert len(failures) == 1
