@@ -17,7 +17,7 @@ python -m pip install -q --disable-pip-version-check torch==2.13.0 -e ".[serve,t
 python -m pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-ruff check src tests scripts handler.py worker.py
-ruff format --check src tests scripts handler.py worker.py
+ruff check src tests scripts handler.py worker.py server.py
+ruff format --check src tests scripts handler.py worker.py server.py
 python -m mypy
 python -m pytest "$@"

@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.websockets import WebSocket
 
 from voxcast.errors import VoxcastError
 from voxcast.service import Service
@@ -29,6 +30,7 @@ from voxcast.serving.http.errors import HttpError, error_body, error_for
 from voxcast.serving.http.speech import speech_request
 from voxcast.serving.http.streaming import Counters, open_speech
 from voxcast.serving.http.voices import voice_routes
+from voxcast.serving.http.ws import SpeechSocket
 
 __all__ = ["ServiceHolder", "create_app", "health_app"]
 
@@ -150,14 +152,16 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
     app.state.holder = holder
     _install_errors(app)
 
-    async def authorize(request: Request) -> None:
+    def authorized(headers: Any, query: Any) -> bool:
         if config.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), config.api_key.encode()
-        ):
+            return True
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":  # a browser's WebSocket cannot set headers: ?api_key=
+            token = query.get("api_key", "")
+        return hmac.compare_digest(token.strip().encode(), config.api_key.encode())
+
+    async def authorize(request: Request) -> None:
+        if not authorized(request.headers, {}):
             raise HttpError(
                 401,
                 "missing or wrong API key (Authorization: Bearer <VOXCAST_API_KEY>)",
@@ -201,6 +205,20 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             counters.error("internal_error")
             log.exception("speech request failed before its first audio")
             return _error_response(e)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_socket(ws: WebSocket) -> None:
+        if not authorized(ws.headers, ws.query_params):
+            await ws.close(code=1008, reason="missing or wrong API key")
+            return
+        await ws.accept()
+        try:
+            service = holder.get()
+        except HttpError as e:
+            await ws.send_json({"type": "error", **error_body(e.status, e.message, e.code)})
+            await ws.close(code=1013, reason="the model is loading")
+            return
+        await SpeechSocket(ws, service, queue_chunks=config.queue_chunks).run()
 
     v1.include_router(voice_routes(holder.get, config.max_body_bytes))
     app.include_router(v1)

@@ -1,0 +1,196 @@
+"""Benchmark the HTTP server's own cost: client-observed first audio vs the service's, over HTTP and WebSocket.
+
+Runs the real server (uvicorn on a loopback port, in this process) on a random-weight CustomVoice
+checkpoint (``--size``; built once and cached) and, for each N in ``--streams``, starts N requests
+together (``--reps`` times) and records per request:
+
+* HTTP (``POST /v1/audio/speech``, pcm, ``stream_format=audio``): client first byte = time from
+  sending the request to the first audio byte read by an httpx client; service first audio =
+  the ``X-Voxcast-TTFA-Ms`` header (the service's own ``ttfa_ms``: voice, queue wait, prefill, the
+  first frame and its decode);
+* WebSocket (``/v1/audio/speech/stream``, connected ahead): client first byte = time from sending
+  the text and ``flush`` to the first binary message; service first audio = the ``chunk`` event's
+  ``t_ms``;
+* overhead = client - service (JSON parsing, the thread hand-off, the event loop, the socket).
+
+Prints p50/p95 per transport and stream count; writes ``bench-results/http-<size>.json``. For the
+RunPod queue path (the SDK's one-second ``/stream`` polls on top of the handler) see bench_runpod.py.
+
+    python scripts/bench_http.py [--size tiny|0.6b] [--quant int8] [--streams 1,4,8] [--reps 3] [--frames 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.sync.client import connect
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_engine import checkpoint, machine_info  # noqa: E402
+from tests.fixtures.http_server import running  # noqa: E402
+
+from voxcast.config import EngineConfig  # noqa: E402
+from voxcast.engine.engine import Engine  # noqa: E402
+from voxcast.service import Service, ServiceConfig  # noqa: E402
+from voxcast.serving.http.app import ServiceHolder, create_app  # noqa: E402
+from voxcast.serving.http.config import HttpConfig  # noqa: E402
+from voxcast.storage.local import LocalBlobStore  # noqa: E402
+
+TEXT = "Thank you for calling. Your call is important to us."
+
+
+def http_once(base: str, frames: int, seed: int) -> dict[str, float]:
+    body = {
+        "input": TEXT,
+        "voice": "ryan",
+        "response_format": "pcm",
+        "max_frames": frames,
+        "seed": seed,
+        "cache": False,
+    }
+    t0 = time.perf_counter()
+    with httpx.stream("POST", base + "/v1/audio/speech", json=body, timeout=300) as r:
+        it = r.iter_raw()
+        next(it)
+        first = (time.perf_counter() - t0) * 1000
+        for _ in it:
+            pass
+    service = float(r.headers["x-voxcast-ttfa-ms"])
+    return {"client_ms": first, "service_ms": service, "overhead_ms": first - service}
+
+
+def ws_once(url: str, frames: int, seed: int) -> dict[str, float]:
+    with connect(url, open_timeout=60, max_size=None) as ws:
+        ws.send(
+            json.dumps(
+                {"type": "config", "voice": "ryan", "max_frames": frames, "seed": seed, "cache": False}
+            )
+        )
+        t0 = time.perf_counter()
+        ws.send(json.dumps({"type": "text", "text": TEXT.split(". ")[0] + "."}))
+        ws.send(json.dumps({"type": "flush"}))
+        service = first = None
+        while first is None:
+            msg = ws.recv(timeout=300)
+            if isinstance(msg, bytes):
+                first = (time.perf_counter() - t0) * 1000
+            elif json.loads(msg)["type"] == "chunk" and service is None:
+                service = float(json.loads(msg)["t_ms"])
+        ws.send(json.dumps({"type": "close"}))
+        while True:
+            msg = ws.recv(timeout=300)
+            if isinstance(msg, str) and json.loads(msg)["type"] == "closed":
+                break
+    assert service is not None
+    return {"client_ms": first, "service_ms": service, "overhead_ms": first - service}
+
+
+def together(fn: Any, target: str, n: int, frames: int, seed0: int) -> list[dict[str, float]]:
+    out: list[dict[str, float]] = [{} for _ in range(n)]
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        out[i] = fn(target, frames, seed0 + i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="tiny", choices=["tiny", "0.6b"])
+    ap.add_argument("--quant", default="none")
+    ap.add_argument("--streams", default="1,4,8")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--frames", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+
+    path = checkpoint(args.size, "custom_voice")
+    engine = Engine.load(
+        EngineConfig(model=str(path), device="cpu", quant=args.quant, max_active=max(levels), warmup=True)
+    )
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        service = Service.assemble(
+            ServiceConfig(store_audio=False), engine, LocalBlobStore(Path(tmp), fsync=False)
+        )
+        with running(create_app(ServiceHolder(service), HttpConfig(queue_chunks=64))) as base:
+            ws_url = base.replace("http://", "ws://") + "/v1/audio/speech/stream"
+            http_once(base, 2, 0)  # the server's own first request (imports, connection pools)
+            ws_once(ws_url, 2, 0)
+            for n in levels:
+                for transport, fn, target in (("http", http_once, base), ("websocket", ws_once, ws_url)):
+                    rows: list[dict[str, float]] = []
+                    for rep in range(args.reps):
+                        rows += together(fn, target, n, args.frames, 1000 * rep + 10 * n)
+                    results[f"{transport}/{n}"] = {
+                        "streams": n,
+                        "transport": transport,
+                        "requests": len(rows),
+                        **{
+                            f"{k}_{name}": round(pct([r[k] for r in rows], q), 2)
+                            for k in ("client_ms", "service_ms", "overhead_ms")
+                            for name, q in (("p50", 0.5), ("p95", 0.95))
+                        },
+                        "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"] for r in rows), 2),
+                    }
+        service.close()
+
+    print(f"\nCPU: {cpu_name()}  model: {args.size} custom_voice  quant: {args.quant}  frames: {args.frames}")
+    print(
+        f"{'transport':<10} {'N':>3} {'client p50':>11} {'service p50':>12} {'overhead p50':>13} {'p95':>8}"
+    )
+    for r in results.values():
+        print(
+            f"{r['transport']:<10} {r['streams']:>3} {r['client_ms_p50']:>9.1f}ms {r['service_ms_p50']:>10.1f}ms"
+            f" {r['overhead_ms_p50']:>11.2f}ms {r['overhead_ms_p95']:>6.2f}ms"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"http-{args.size}{'-' + args.quant if args.quant != 'none' else ''}.json"
+    doc = {
+        "machine": {**machine_info(), "cpu": cpu_name()},
+        "args": vars(args) | {"out": str(args.out)},
+        "results": results,
+    }
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""``/v1/audio/speech/stream``: a WebSocket for agents that produce text as they go.
+
+Client -> server, JSON text messages (``type`` says which):
+
+- ``config``: the request fields every utterance uses until the next ``config`` (``voice``,
+  ``response_format`` = ``pcm`` | ``mulaw`` | ``alaw``, ``sample_rate``, ``language``, ``instruct``,
+  ``seed``, sampling...; the request schema checks them) plus ``frame_ms`` (e.g. 20: audio is sent in
+  frames of exactly that length, as telephony transports expect; the last frame of an utterance is
+  padded with silence). Required before the first text.
+- ``text`` (``{"type": "text", "text": "..."}``): a delta, any size, split anywhere (inside words and
+  multi-byte characters too). Every complete sentence is spoken as soon as the text after it starts.
+- ``flush``: speak what is buffered now, complete sentence or not.
+- ``mark`` (``{"type": "mark", "name": ...}``): echoed back once all audio of the text before it was sent.
+- ``clear`` (or ``cancel``): barge-in. The sentence being spoken stops within one frame, queued text
+  is dropped, ``{"type": "cleared"}`` answers. The connection stays open for the next utterance.
+- ``close``: speak what is left, answer ``{"type": "closed"}`` and close the connection.
+
+Server -> client: binary messages carry the audio (raw bytes in the configured format); JSON events
+are ``started`` (a sentence begins: ``segment``, ``request_id``, ``chars``), ``chunk`` (``segment``,
+``seq``, ``bytes``, ``t_ms``, ``frames``; sent before that chunk's binary frames), ``segment_done``
+(``segment``, ``timing``), ``mark``, ``cleared``, ``closed`` and ``error`` (``{"error": {"message",
+"type", "param", "code"}}``: the connection goes on; a bad sentence is skipped).
+
+Sentences are spoken one after another with the same voice, settings and seed (the text of each
+must be whole before it is spoken: exact word-by-word input to the talker is future work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from voxcast.audio.formats import AudioFormat
+from voxcast.engine.request import parse_request
+from voxcast.errors import InvalidRequest, VoxcastError
+from voxcast.service import EncodedChunk, Service, ServiceStream
+from voxcast.serving.http.errors import error_body, error_for
+from voxcast.serving.pump import ThreadPump
+from voxcast.text.split import split_sentences
+
+__all__ = ["SpeechSocket"]
+
+log = logging.getLogger(__name__)
+
+_RAW = {AudioFormat.PCM: (2, b"\x00"), AudioFormat.MULAW: (1, b"\xff"), AudioFormat.ALAW: (1, b"\xd5")}
+"""Formats a socket streams: bytes per sample and the silence byte that pads a fixed frame."""
+
+_MAX_BUFFER_CHARS = 20_000
+"""Unspoken text one connection may hold (a client that never flushes gets an error, not OOM)."""
+
+
+@dataclass
+class _Segment:
+    text: str
+    epoch: int
+
+
+@dataclass
+class _Mark:
+    name: Any
+    epoch: int
+
+
+class _Framer:
+    """Re-cuts a byte stream into frames of exactly ``size`` bytes (``size`` 0: passes it through)."""
+
+    def __init__(self, size: int, silence: bytes) -> None:
+        self.size, self.silence, self.rest = size, silence, b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if not self.size:
+            return [data] if data else []
+        data = self.rest + data
+        n = len(data) // self.size * self.size
+        self.rest = data[n:]
+        return [data[i : i + self.size] for i in range(0, n, self.size)]
+
+    def finish(self) -> list[bytes]:
+        """The partial frame left, padded with silence (nothing when none is left)."""
+        if not self.rest:
+            return []
+        out, self.rest = self.rest + self.silence * (self.size - len(self.rest)), b""
+        return [out]
+
+    def drop(self) -> None:
+        self.rest = b""
+
+
+def _err(e: BaseException) -> dict[str, Any]:
+    err = error_for(e)
+    return {"type": "error", **error_body(err.status, err.message, err.code, err.field)}
+
+
+class SpeechSocket:
+    """One connection: a receiver (client messages) and a speaker (sentences in order) task."""
+
+    def __init__(self, ws: WebSocket, service: Service, *, queue_chunks: int) -> None:
+        self.ws = ws
+        self.service = service
+        self.queue_chunks = queue_chunks
+        self.config: dict[str, Any] | None = None
+        self.framer = _Framer(0, b"")
+        self.buffer = ""
+        self.epoch = 0
+        self.segments = 0
+        self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
+        self.current: ServiceStream | None = None
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, event: dict[str, Any] | bytes) -> None:
+        async with self._send_lock:
+            if isinstance(event, bytes):
+                await self.ws.send_bytes(event)
+            else:
+                await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+
+    async def run(self) -> None:
+        speaker = asyncio.create_task(self._speak())
+        closed = False
+        with contextlib.suppress(WebSocketDisconnect):
+            closed = await self._receive()
+        if not closed:  # the client went away: stop speaking now
+            self.epoch += 1
+            self._stop_current()
+            speaker.cancel()
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError):
+            await speaker
+
+    # -- client messages -------------------------------------------------------------------------
+    async def _receive(self) -> bool:
+        """Handle client messages until ``close`` (True) or a disconnect (WebSocketDisconnect)."""
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            raw = message.get("text")
+            try:
+                if raw is None:
+                    raise ValueError("binary")
+                msg = json.loads(raw)
+                if not isinstance(msg, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                await self.send(
+                    _err(InvalidRequest("a message must be a JSON object (text)", field="message"))
+                )
+                continue
+            try:
+                if await self._handle(msg):
+                    return True
+            except VoxcastError as e:
+                await self.send(_err(e))
+
+    async def _handle(self, msg: dict[str, Any]) -> bool:
+        """Act on one message; True after ``close``."""
+        kind = msg.get("type")
+        if kind == "config":
+            self._configure(msg)
+        elif kind == "text":
+            text = msg.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequest("text must be a string", field="text")
+            if self.config is None:
+                raise InvalidRequest("send a config message before text", field="type")
+            if len(self.buffer) + len(text) > _MAX_BUFFER_CHARS:
+                raise InvalidRequest(
+                    f"more than {_MAX_BUFFER_CHARS} characters unspoken; flush", field="text"
+                )
+            self.buffer += text
+            await self._queue_sentences(final=False)
+        elif kind == "flush":
+            await self._queue_sentences(final=True)
+        elif kind == "mark":  # the text before it is spoken first, whole sentence or not
+            await self._queue_sentences(final=True)
+            await self.queue.put(_Mark(msg.get("name"), self.epoch))
+        elif kind in ("clear", "cancel"):
+            self.epoch += 1
+            self.buffer = ""
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self._stop_current()
+            self.framer.drop()
+            await self.send({"type": "cleared"})
+        elif kind == "close":
+            await self._queue_sentences(final=True)
+            await self.queue.put(None)
+            return True
+        else:
+            raise InvalidRequest(
+                "type must be config, text, flush, mark, clear, cancel or close", field="type"
+            )
+        return False
+
+    def _configure(self, msg: dict[str, Any]) -> None:
+        fields = {k: v for k, v in msg.items() if k not in ("type", "frame_ms")}
+        fields.setdefault("response_format", "pcm")
+        fmt = str(fields["response_format"])
+        if fmt not in {f.value for f in _RAW}:
+            raise InvalidRequest(
+                "response_format must be pcm, mulaw or alaw on a socket", field="response_format"
+            )
+        frame_ms = msg.get("frame_ms", 0)
+        if isinstance(frame_ms, bool) or not isinstance(frame_ms, int) or not 0 <= frame_ms <= 1000:
+            raise InvalidRequest("frame_ms must be an integer from 0 (off) to 1000", field="frame_ms")
+        # the request schema checks every other field now, with a placeholder text
+        parsed = parse_request({**fields, "text": "x"})
+        width, silence = _RAW[AudioFormat(fmt)]
+        size = parsed.sample_rate * frame_ms // 1000 * width
+        self.framer = _Framer(size, silence)
+        self.config = fields
+
+    async def _queue_sentences(self, final: bool) -> None:
+        pieces = split_sentences(self.buffer)
+        if not final:
+            # the last piece may still grow; the text after a complete sentence has started
+            if len(pieces) < 2:
+                return
+            start = self.buffer.rfind(pieces[-1])
+            if start < 0:  # the splitter rewrote the last piece: wait for a flush
+                return
+            self.buffer = self.buffer[start:]
+            pieces = pieces[:-1]
+        else:
+            self.buffer = ""
+        for piece in pieces:
+            await self.queue.put(_Segment(piece, self.epoch))
+
+    def _stop_current(self) -> None:
+        if self.current is not None:
+            self.current.cancel()
+
+    # -- speaking --------------------------------------------------------------------------------
+    async def _speak(self) -> None:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                for frame in self.framer.finish():
+                    await self.send(frame)
+                await self.send({"type": "closed", "segments": self.segments})
+                await self.ws.close()
+                return
+            if item.epoch != self.epoch:
+                continue  # cleared while queued
+            if isinstance(item, _Mark):
+                await self.send({"type": "mark", "name": item.name})
+                continue
+            await self._segment(item)
+            if self.queue.empty() and item.epoch == self.epoch:
+                for frame in self.framer.finish():  # idle: the utterance's last frame goes out now
+                    await self.send(frame)
+
+    async def _segment(self, item: _Segment) -> None:
+        assert self.config is not None
+        segment = self.segments
+        self.segments += 1
+        try:
+            stream = self.service.synthesize({**self.config, "text": item.text})
+        except VoxcastError as e:
+            await self.send({**_err(e), "segment": segment})
+            return
+        self.current = stream
+        pump: ThreadPump[EncodedChunk] = ThreadPump(
+            stream, maxsize=self.queue_chunks, name=f"voxcast-ws-{stream.request_id[:12]}"
+        ).start()
+        try:
+            await self.send(
+                {
+                    "type": "started",
+                    "segment": segment,
+                    "request_id": stream.request_id,
+                    "chars": len(item.text),
+                }
+            )
+            async for chunk in pump:
+                if item.epoch != self.epoch:
+                    break
+                frames = self.framer.feed(chunk.data)
+                await self.send(
+                    {
+                        "type": "chunk",
+                        "segment": segment,
+                        "seq": chunk.seq,
+                        "bytes": len(chunk.data),
+                        "t_ms": round(chunk.t_ms, 1),
+                        "frames": chunk.frames,
+                    }
+                )
+                for frame in frames:
+                    if item.epoch != self.epoch:  # nothing of a cleared sentence after "cleared"
+                        break
+                    await self.send(frame)
+        except VoxcastError as e:
+            await self.send({**_err(e), "segment": segment})
+            return
+        finally:
+            if not pump.finished:
+                stream.cancel()
+            pump.close()
+            self.current = None
+        if item.epoch == self.epoch:
+            timing = stream.result.timing.to_dict() if stream.result is not None else None
+            await self.send({"type": "segment_done", "segment": segment, "timing": timing})

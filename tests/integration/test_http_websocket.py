@@ -1,0 +1,246 @@
+"""``/v1/audio/speech/stream`` with a real ``websockets`` client: text deltas, marks, barge-in, fixed
+telephony frames, errors, auth, disconnects; uvicorn on a free loopback port, tiny CustomVoice model."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.fixtures.http_server import running
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.service import Service, ServiceConfig, ServiceStream
+from voxcast.serving.http.app import ServiceHolder, create_app
+from voxcast.serving.http.config import HttpConfig
+from voxcast.storage.local import LocalBlobStore
+from voxcast.text.split import split_sentences
+
+Factory = Callable[[str], Path]
+KEY = "sk-ws"
+CONFIG = {"type": "config", "voice": "ryan", "seed": 5, "max_frames": 4, "cache": False}
+
+
+class Opened:
+    """Every ServiceStream the server opens."""
+
+    def __init__(self, service: Service) -> None:
+        self.streams: list[ServiceStream] = []
+        self._service, self._inner = service, service.synthesize
+
+        def synthesize(*a: Any, **kw: Any) -> ServiceStream:
+            stream = self._inner(*a, **kw)
+            self.streams.append(stream)
+            return stream
+
+        service.synthesize = synthesize  # type: ignore[method-assign]
+
+    def restore(self) -> None:
+        self._service.synthesize = self._inner  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    svc = Service.assemble(
+        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
+    )
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def url(service: Service) -> Iterator[str]:
+    with running(create_app(ServiceHolder(service), HttpConfig(api_key=KEY))) as base:
+        yield base.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+def _open(url: str) -> ClientConnection:
+    return connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}, open_timeout=30)
+
+
+def _read_until(ws: ClientConnection, kind: str, timeout_s: float = 60) -> list[Any]:
+    """Messages (dicts for events, bytes for audio) up to and including the first event of ``kind``."""
+    out: list[Any] = []
+    while True:
+        raw = ws.recv(timeout=timeout_s)
+        msg = raw if isinstance(raw, bytes) else json.loads(raw)
+        out.append(msg)
+        if isinstance(msg, dict) and msg["type"] == kind:
+            return out
+
+
+def _events(msgs: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [m for m in msgs if isinstance(m, dict) and m["type"] == kind]
+
+
+def _audio(msgs: list[Any]) -> bytes:
+    return b"".join(m for m in msgs if isinstance(m, bytes))
+
+
+def _offline(service: Service, text: str, **config: Any) -> bytes:
+    """Each sentence of ``text`` through the service directly, concatenated."""
+    fields = {k: v for k, v in {**CONFIG, **config}.items() if k not in ("type", "frame_ms")}
+    return b"".join(
+        b"".join(
+            c.data
+            for c in service.synthesize(
+                {**fields, "response_format": fields.get("response_format", "pcm"), "text": s}
+            )
+        )
+        for s in split_sentences(text)
+    )
+
+
+TEXT = "Hello there, friend. Wie geht's dir heute? 你好。今天很好！ Fine, thanks."
+
+
+@pytest.mark.parametrize("split_seed", [0, 1, 2])
+def test_deltas_split_anywhere_give_the_sentences_audio(url: str, service: Service, split_seed: int) -> None:
+    rng = random.Random(split_seed)
+    cuts = sorted(rng.sample(range(1, len(TEXT)), 12))
+    deltas = [TEXT[a:b] for a, b in zip([0, *cuts], [*cuts, len(TEXT)], strict=True)]
+    with _open(url) as ws:
+        ws.send(json.dumps(CONFIG))
+        for d in deltas:
+            ws.send(json.dumps({"type": "text", "text": d}))
+        ws.send(json.dumps({"type": "close"}))
+        msgs = _read_until(ws, "closed")
+    started = _events(msgs, "started")
+    assert [s["chars"] for s in started] == [len(s) for s in split_sentences(TEXT)]
+    assert len(_events(msgs, "segment_done")) == len(started) == msgs[-1]["segments"]
+    assert all(d["timing"]["frames"] == 4 for d in _events(msgs, "segment_done"))
+    chunks = _events(msgs, "chunk")
+    assert sum(c["bytes"] for c in chunks) == len(_audio(msgs))
+    assert _audio(msgs) == _offline(service, TEXT)
+
+
+def test_marks_come_back_after_the_audio_before_them_and_several_utterances(url: str) -> None:
+    with _open(url) as ws:
+        ws.send(json.dumps(CONFIG))
+        ws.send(json.dumps({"type": "text", "text": "One. Two"}))
+        ws.send(json.dumps({"type": "mark", "name": "m1"}))
+        ws.send(json.dumps({"type": "text", "text": "Three."}))
+        ws.send(json.dumps({"type": "flush"}))
+        first = _read_until(ws, "segment_done")
+        first += _read_until(ws, "segment_done")
+        first += _read_until(ws, "mark")
+        assert [s["chars"] for s in _events(first, "started")] == [
+            4,
+            3,
+        ]  # "One." and "Two" (the mark flushed it)
+        assert first[-1] == {"type": "mark", "name": "m1"}
+        third = _read_until(ws, "segment_done")
+        assert _events(third, "started")[0]["chars"] == 6 and _audio(third)
+        # a second utterance on the same connection, new settings
+        ws.send(json.dumps({**CONFIG, "seed": 9}))
+        ws.send(json.dumps({"type": "text", "text": "Again."}))
+        ws.send(json.dumps({"type": "close"}))
+        last = _read_until(ws, "closed")
+        assert len(_events(last, "started")) == 1 and last[-1]["segments"] == 4
+
+
+def test_clear_stops_the_sentence_and_drops_queued_text(url: str, service: Service) -> None:
+    opened = Opened(service)
+    try:
+        with _open(url) as ws:
+            ws.send(json.dumps({**CONFIG, "max_frames": 3000}))
+            ws.send(json.dumps({"type": "text", "text": "A long first sentence. A second one. A third one."}))
+            ws.send(json.dumps({"type": "flush"}))
+            msgs = _read_until(ws, "chunk")
+            ws.recv(timeout=30)  # its audio
+            ws.send(json.dumps({"type": "clear"}))
+            after = _read_until(ws, "cleared")
+            ws.send(json.dumps({**CONFIG}))
+            ws.send(json.dumps({"type": "text", "text": "New."}))
+            ws.send(json.dumps({"type": "close"}))
+            rest = _read_until(ws, "closed")
+        assert len(_events(msgs + after, "started")) == 1
+        # nothing of the cleared speech after "cleared": the next message starts the new sentence
+        assert rest[0]["type"] == "started" and rest[0]["chars"] == 4
+        assert len(_events(rest, "started")) == 1 and rest[-1]["segments"] == 2
+        first = opened.streams[0]
+        deadline = time.monotonic() + 30
+        while first.result is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert first.result.timing.finish_reason == "cancelled" and first.result.timing.frames < 3000
+        assert len(opened.streams) == 2  # the queued sentences were never started
+    finally:
+        opened.restore()
+
+
+def test_fixed_20ms_mulaw_frames_for_telephony(url: str, service: Service) -> None:
+    config = {**CONFIG, "response_format": "mulaw", "sample_rate": 8000, "frame_ms": 20, "max_frames": 5}
+    with _open(url) as ws:
+        ws.send(json.dumps(config))
+        ws.send(json.dumps({"type": "text", "text": "Press one. Or two."}))
+        ws.send(json.dumps({"type": "close"}))
+        msgs = _read_until(ws, "closed")
+    frames = [m for m in msgs if isinstance(m, bytes)]
+    assert frames and all(len(f) == 160 for f in frames)
+    offline = _offline(service, "Press one. Or two.", response_format="mulaw", sample_rate=8000, max_frames=5)
+    audio = _audio(msgs)
+    assert audio[: len(offline)] == offline and set(audio[len(offline) :]) <= {0xFF}  # padded with silence
+    assert len(audio) - len(offline) < 160
+
+
+def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: str) -> None:
+    with _open(url) as ws:
+
+        def error_for(message: str | bytes) -> dict[str, Any]:
+            ws.send(message)
+            return _read_until(ws, "error")[-1]["error"]
+
+        assert error_for("not json")["param"] == "message"
+        assert error_for(b"\x00\x01")["param"] == "message"
+        assert error_for(json.dumps({"type": "text", "text": "Hi."}))["param"] == "type"  # no config yet
+        assert error_for(json.dumps({"type": "dance"}))["param"] == "type"
+        assert error_for(json.dumps({**CONFIG, "sample_rate": 5}))["param"] == "sample_rate"
+        assert error_for(json.dumps({**CONFIG, "response_format": "mp3"}))["param"] == "response_format"
+        assert error_for(json.dumps({**CONFIG, "frame_ms": "20"}))["param"] == "frame_ms"
+        assert error_for(json.dumps({**CONFIG, "seed": -1}))["param"] == "seed"
+        ws.send(json.dumps({**CONFIG, "voice": "nobody"}))
+        ws.send(json.dumps({"type": "text", "text": "Hi."}))
+        ws.send(json.dumps({"type": "flush"}))
+        err = _read_until(ws, "error")[-1]
+        assert err["error"]["code"] == "voice_not_found" and err["segment"] == 0
+        ws.send(json.dumps(CONFIG))
+        ws.send(json.dumps({"type": "text", "text": "Still here."}))
+        ws.send(json.dumps({"type": "close"}))
+        msgs = _read_until(ws, "closed")
+        assert _audio(msgs) and len(_events(msgs, "segment_done")) == 1
+
+
+def test_auth_by_header_or_query_and_refused_without(url: str) -> None:
+    with pytest.raises(InvalidStatus):
+        connect(url, open_timeout=30)
+    with connect(url + f"?api_key={KEY}", open_timeout=30) as ws:
+        ws.send(json.dumps(CONFIG))
+        ws.send(json.dumps({"type": "close"}))
+        assert _read_until(ws, "closed")[-1]["segments"] == 0
+
+
+def test_a_client_that_disconnects_mid_sentence_cancels_it(url: str, service: Service) -> None:
+    opened = Opened(service)
+    try:
+        with _open(url) as ws:
+            ws.send(json.dumps({**CONFIG, "max_frames": 3000}))
+            ws.send(json.dumps({"type": "text", "text": "A long sentence that will not be heard."}))
+            ws.send(json.dumps({"type": "flush"}))
+            _read_until(ws, "chunk")
+        stream = opened.streams[0]
+        deadline = time.monotonic() + 30
+        while stream.result is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert stream.result.timing.finish_reason == "cancelled" and stream.result.timing.frames < 3000
+    finally:
+        opened.restore()
