@@ -6,6 +6,7 @@
 - nothing outside ``models/`` (and the test checkpoints of ``testing/``) imports a concrete model family (only ``models.base``, ``models.registry``
   and ``models.hub``);
 - production code does not import ``voxcast.testing`` (only the ``make-test-model`` command does);
+- ``integrations/`` (agent-framework plug-ins) import no voxcast code: they talk to a server;
 - no import cycle among the modules of ``src/`` (imports under ``if TYPE_CHECKING:`` do not run and
   do not count).
 
@@ -120,6 +121,8 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 and module != "voxcast.serving.cli.testmodel"
             ):
                 bad.append(f"{module} -> {target} (production code imports no test checkpoints)")
+            if module.startswith("voxcast.integrations") and not target.startswith("voxcast.integrations"):
+                bad.append(f"{module} -> {target} (integrations talk to a server, import no voxcast code)")
     return bad
 
 

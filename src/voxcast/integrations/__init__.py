@@ -1,0 +1,1 @@
+"""Plug-ins for agent frameworks that talk to a voxcast server (each an optional extra)."""

@@ -1,0 +1,186 @@
+"""VoxcastTTSService inside a real Pipecat pipeline (PipelineWorker + WorkerRunner) against a running
+voxcast HTTP server on a free loopback port (tiny CustomVoice model)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pipecat", reason="the pipecat extra is not installed")
+
+from pipecat.frames.frames import (
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterruptionFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.workers.runner import WorkerRunner
+
+from tests.fixtures.http_server import running
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.integrations.pipecat import VoxcastTTSService
+from voxcast.service import Service, ServiceConfig, ServiceStream
+from voxcast.serving.http.app import ServiceHolder, create_app
+from voxcast.serving.http.config import HttpConfig
+from voxcast.storage.local import LocalBlobStore
+
+Factory = Callable[[str], Path]
+KEY = "sk-pipecat"
+
+
+class Sink(FrameProcessor):
+    """Records the frames that pass in ``direction``; ``audio`` is set at the first audio frame."""
+
+    def __init__(self, direction: FrameDirection = FrameDirection.DOWNSTREAM) -> None:
+        super().__init__()
+        self.direction = direction
+        self.frames: list[Frame] = []
+        self.audio = asyncio.Event()
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction == self.direction:
+            self.frames.append(frame)
+            if isinstance(frame, TTSAudioRawFrame):
+                self.audio.set()
+        await self.push_frame(frame, direction)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    svc = Service.assemble(
+        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
+    )
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def base_url(service: Service) -> Iterator[str]:
+    with running(create_app(ServiceHolder(service), HttpConfig(api_key=KEY))) as url:
+        yield url
+
+
+async def _run(
+    tts: VoxcastTTSService,
+    script: Callable[[PipelineWorker, Sink], Any],
+    rate: int,
+    upstream: Sink | None = None,
+) -> Sink:
+    sink = Sink()
+    worker = PipelineWorker(
+        Pipeline([upstream or Sink(FrameDirection.UPSTREAM), tts, sink]),
+        params=PipelineParams(audio_out_sample_rate=rate),
+        cancel_on_idle_timeout=False,
+    )
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(worker: Any, frame: Any) -> None:
+        started.set()
+
+    async def drive() -> None:
+        await asyncio.wait_for(started.wait(), 30)
+        await script(worker, sink)
+        await worker.queue_frame(EndFrame())
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await asyncio.wait_for(asyncio.gather(runner.run(), drive()), 120)
+    return sink
+
+
+def test_a_sentence_is_spoken_through_the_pipeline(base_url: str, service: Service) -> None:
+    text = "Hello there, how are you today?"
+    extra = {"seed": 4, "max_frames": 8, "cache": False}
+    tts = VoxcastTTSService(
+        base_url=base_url, api_key=KEY, extra=extra, settings=VoxcastTTSService.Settings(voice="ryan")
+    )
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(TTSSpeakFrame(text))
+        await asyncio.wait_for(_stopped(sink), 60)
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    kinds = [
+        type(f) for f in sink.frames if isinstance(f, TTSStartedFrame | TTSAudioRawFrame | TTSStoppedFrame)
+    ]
+    assert kinds[0] is TTSStartedFrame and kinds[-1] is TTSStoppedFrame and TTSAudioRawFrame in kinds
+    audio = [f for f in sink.frames if isinstance(f, TTSAudioRawFrame)]
+    assert all(f.sample_rate == 16000 and f.num_channels == 1 for f in audio)
+    direct = b"".join(
+        c.data
+        for c in service.synthesize(
+            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+        )
+    )
+    assert b"".join(f.audio for f in audio) == direct
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+async def _stopped(sink: Sink) -> None:
+    while not any(isinstance(f, TTSStoppedFrame) for f in sink.frames):
+        await asyncio.sleep(0.02)
+
+
+def test_an_interruption_cancels_generation_on_the_server(base_url: str, service: Service) -> None:
+    opened: list[ServiceStream] = []
+    inner = service.synthesize
+
+    def synthesize(*a: Any, **kw: Any) -> ServiceStream:
+        opened.append(inner(*a, **kw))
+        return opened[-1]
+
+    service.synthesize = synthesize  # type: ignore[method-assign]
+    try:
+        tts = VoxcastTTSService(
+            base_url=base_url,
+            api_key=KEY,
+            extra={"max_frames": 3000},
+            settings=VoxcastTTSService.Settings(voice="ryan"),
+        )
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(TTSSpeakFrame("A long answer that the caller talks over."))
+            await asyncio.wait_for(sink.audio.wait(), 60)
+            await worker.queue_frame(InterruptionFrame())
+
+        asyncio.run(_run(tts, script, 24000))
+    finally:
+        service.synthesize = inner  # type: ignore[method-assign]
+    assert len(opened) == 1
+    deadline = time.monotonic() + 30
+    while opened[0].result is None:
+        assert time.monotonic() < deadline, "the server never ended the stream"
+        time.sleep(0.02)
+    assert opened[0].result.timing.finish_reason == "cancelled" and opened[0].result.timing.frames < 3000
+
+
+def test_a_server_error_becomes_an_error_frame(base_url: str) -> None:
+    tts = VoxcastTTSService(
+        base_url=base_url, api_key=KEY, settings=VoxcastTTSService.Settings(voice="nobody")
+    )
+    upstream = Sink(FrameDirection.UPSTREAM)
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(TTSSpeakFrame("Hello."))
+        while not any(isinstance(f, ErrorFrame) for f in upstream.frames):
+            await asyncio.sleep(0.02)
+
+    asyncio.run(_run(tts, script, 24000, upstream))
+    error = next(f for f in upstream.frames if isinstance(f, ErrorFrame))
+    assert "voxcast 400" in error.error and "voice" in error.error
