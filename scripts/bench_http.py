@@ -56,7 +56,14 @@ _clients = threading.local()
 
 
 def http_once(base: str, frames: int, seed: int) -> dict[str, float]:
-    body = {"input": TEXT, "voice": "ryan", "response_format": "pcm", "max_frames": frames, "seed": seed, "cache": False}
+    body = {
+        "input": TEXT,
+        "voice": "ryan",
+        "response_format": "pcm",
+        "max_frames": frames,
+        "seed": seed,
+        "cache": False,
+    }
     client = getattr(_clients, "client", None)
     if client is None:  # one client per thread, made outside the timed part (it builds an SSL context)
         client = _clients.client = httpx.Client(timeout=300)
