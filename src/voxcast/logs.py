@@ -9,13 +9,15 @@ text through :func:`redact`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import sys
-from typing import TextIO
+import time
+from typing import Any, TextIO
 
-__all__ = ["RedactingFilter", "redact", "setup_logging"]
+__all__ = ["JsonFormatter", "RedactingFilter", "redact", "setup_logging"]
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: ``scheme://[user]:password@``: the password is replaced, the user name is kept.
@@ -43,12 +45,40 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``msg``, the fields a
+    record carries in ``record.fields`` (a request's end: see :mod:`voxcast.request_log`), and
+    ``exc`` (the traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
 def setup_logging(level: str | int | None = None, *, stream: TextIO | None = None) -> None:
     """Configure the root logger (first call wins, as :func:`logging.basicConfig`) and redact URLs.
 
+    ``VOXCAST_LOG_FORMAT``: ``text`` (default) or ``json`` (one JSON object per line, for log
+    collectors).
+
     Raises:
-        ValueError: an unknown level name, naming ``VOXCAST_LOG_LEVEL``.
+        ValueError: an unknown level name, naming ``VOXCAST_LOG_LEVEL``, or an unknown format,
+            naming ``VOXCAST_LOG_FORMAT``.
     """
+    fmt = os.environ.get("VOXCAST_LOG_FORMAT", "").strip().lower() or "text"
+    if fmt not in ("text", "json"):
+        raise ValueError(f"VOXCAST_LOG_FORMAT must be text or json, not {fmt!r}")
     chosen = level if level is not None else os.environ.get("VOXCAST_LOG_LEVEL", "INFO")
     if isinstance(chosen, str):
         name = chosen.strip().upper()
@@ -58,5 +88,7 @@ def setup_logging(level: str | int | None = None, *, stream: TextIO | None = Non
     logging.basicConfig(level=chosen, format=_FORMAT, stream=stream or sys.stderr)
     root = logging.getLogger()
     for handler in root.handlers:
+        if fmt == "json" and not isinstance(handler.formatter, JsonFormatter):
+            handler.setFormatter(JsonFormatter())
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())

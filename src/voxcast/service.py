@@ -14,7 +14,6 @@ are reported in ``result.cache_error``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -33,6 +32,8 @@ from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import Timing
 from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
+from voxcast.metrics import Metrics, outcome
+from voxcast.request_log import log_request
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
@@ -164,8 +165,12 @@ def _close_late_hit(hit: CachedStream | None) -> None:
 class ServiceStream(Iterator[EncodedChunk]):
     """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
 
-    def __init__(self, service: Service, request: SynthesisRequest, store: bool) -> None:
+    def __init__(
+        self, service: Service, request: SynthesisRequest, store: bool, entry: str = "python"
+    ) -> None:
         self.request = request
+        #: The entry point that opened it (metrics label): http, websocket, runpod, rq, cli, python.
+        self.entry = entry
         self.request_id = request.request_id or uuid.uuid4().hex
         self.result: SynthesisResult | None = None
         #: ``time.perf_counter()`` when iteration started: every chunk's ``t_ms`` counts from here.
@@ -175,6 +180,8 @@ class ServiceStream(Iterator[EncodedChunk]):
         self._it: Iterator[EncodedChunk] | None = None
         self._engine_stream: SynthesisStream | None = None
         self._cancelled = False
+        self._timing: Timing | None = None
+        self._recorded = False
 
     def __iter__(self) -> ServiceStream:
         return self
@@ -182,7 +189,31 @@ class ServiceStream(Iterator[EncodedChunk]):
     def __next__(self) -> EncodedChunk:
         if self._it is None:
             self._it = self._service._run(self)
-        return next(self._it)
+        try:
+            chunk = next(self._it)
+        except StopIteration:
+            self._ended(None)
+            raise
+        except BaseException as e:
+            self._ended(e)
+            raise
+        self._service.metrics.chunk(chunk.frames)
+        return chunk
+
+    def _ended(self, error: BaseException | None) -> None:
+        """Record the request in the metrics, once."""
+        if not self._recorded:
+            self._recorded = True
+            metrics = self._service.metrics
+            metrics.request_ended(self.entry, self._timing, error)
+            log_request(
+                self.request_id,
+                self.entry,
+                metrics.model,
+                self.request,
+                self._timing,
+                outcome(self._timing, error),
+            )
 
     def cancel(self) -> None:
         """Stop (thread-safe): the engine stops within one frame; a cache read stops at its next chunk."""
@@ -205,8 +236,11 @@ class Service:
         store: BlobStore,
         voices: VoiceRegistry,
         cache: AudioCache,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or Metrics()
+        self.metrics.attach(engine, engine.identity)
         self.engine = engine
         self.store = store
         self.voices = voices
@@ -214,27 +248,38 @@ class Service:
         self.store_guard = StoreGuard(config.store_guard, inline=not store.remote)
 
     @classmethod
-    def load(cls, config: ServiceConfig) -> Service:
-        """Open the store, load and warm the engine (in that order: a bad store fails fast)."""
+    def load(cls, config: ServiceConfig, metrics: Metrics | None = None) -> Service:
+        """Open the store, load and warm the engine (in that order: a bad store fails fast).
+
+        ``metrics``: the process's metrics (made before loading, so they report the loading state).
+        """
         store = open_store(config.storage)
-        return cls.assemble(config, Engine.load(config.engine), store)
+        return cls.assemble(config, Engine.load(config.engine), store, metrics)
 
     @classmethod
-    def assemble(cls, config: ServiceConfig, engine: Engine, store: BlobStore) -> Service:
+    def assemble(
+        cls, config: ServiceConfig, engine: Engine, store: BlobStore, metrics: Metrics | None = None
+    ) -> Service:
         """Build the voice registry and the audio cache around a loaded engine and an open store."""
+        metrics = metrics or Metrics()
+
+        def build_voice(*args: Any, **kwargs: Any) -> Any:
+            metrics.voice_builds.inc()
+            return engine.create_voice(*args, prefix=False, **kwargs)
+
         voices: VoiceRegistry[Any] = VoiceRegistry(
             store,
             engine.identity,
             # A request that brings a new reference computes the prompt prefix in its one-pass prefill
             # (measured: building it with the voice added ~58 ms to the voice and saved ~30 of the
             # prefill); register_voice computes it ahead, for the voice's first request.
-            functools.partial(engine.create_voice, prefix=False),
+            build_voice,
             engine.load_voice,
             speakers=engine.speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
             persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
-        return cls(config, engine, store, voices, AudioCache(store))
+        return cls(config, engine, store, voices, AudioCache(store), metrics)
 
     def close(self) -> None:
         self.store_guard.close()
@@ -283,24 +328,34 @@ class Service:
 
     # -- synthesis ------------------------------------------------------------------------------
     def synthesize(
-        self, request: Mapping[str, Any] | SynthesisRequest, *, store: bool | None = None
+        self,
+        request: Mapping[str, Any] | SynthesisRequest,
+        *,
+        store: bool | None = None,
+        entry: str = "python",
     ) -> ServiceStream:
         """Validate ``request`` and return a lazy stream of encoded chunks.
 
         Args:
             request: a request mapping (the shared schema) or a validated request.
             store: store the complete file (default: ``config.store_audio``).
+            entry: the entry point, for the metrics (``http``, ``runpod``, ``rq``, ...).
 
         Raises:
             InvalidRequest: the request is malformed (model-dependent errors come from iteration).
         """
-        req = parse_request(request)
-        return ServiceStream(self, req, self.config.store_audio if store is None else store)
+        try:
+            req = parse_request(request)
+        except InvalidRequest as e:
+            self.metrics.request_ended(entry, None, e)
+            log_request("", entry, self.metrics.model, None, None, e.code)
+            raise
+        return ServiceStream(self, req, self.config.store_audio if store is None else store, entry)
 
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
         t0 = s.t_start = time.perf_counter()
         req = s.request
-        timing = Timing(request_id=s.request_id)
+        timing = s._timing = Timing(request_id=s.request_id)
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
         if req.cache and self.cache.cacheable(req):

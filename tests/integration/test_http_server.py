@@ -385,7 +385,7 @@ def test_ping_is_204_while_loading_then_200_and_requests_wait_with_503(cv_servic
     release = threading.Event()
     holder = ServiceHolder()
 
-    def load() -> Service:
+    def load(metrics: Any) -> Service:
         release.wait(30)
         return cv_service
 
@@ -408,7 +408,7 @@ def test_a_failed_load_is_reported_by_ping() -> None:
     holder = ServiceHolder()
     failures: list[BaseException] = []
 
-    def load() -> Service:
+    def load(metrics: Any) -> Service:
         raise RuntimeError("no such checkpoint")
 
     holder.load_in_background(load, on_failure=failures.append)

@@ -38,7 +38,7 @@ class ScriptedService:
     seeds: list[int] = field(default_factory=list)
     engine: Any = field(default_factory=lambda: SimpleNamespace(identity="scripted@1"))
 
-    def synthesize(self, request: Any, store: bool = True) -> Any:
+    def synthesize(self, request: Any, store: bool = True, entry: str = "python") -> Any:
         req = parse_request(request)
         seed = req.sampling.seed
         self.seeds.append(seed)

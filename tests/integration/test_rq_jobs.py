@@ -116,7 +116,7 @@ class FakeService:
     cancels: int = 0
     cache: set[str] = field(default_factory=set)
 
-    def synthesize(self, request: Any, store: bool = True) -> FakeStream:
+    def synthesize(self, request: Any, store: bool = True, entry: str = "python") -> FakeStream:
         self.calls += 1
         return FakeStream(self, parse_request(request), self.delay_s)
 

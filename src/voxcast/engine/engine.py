@@ -86,6 +86,9 @@ class Engine:
         self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
         self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
         self._stopping = threading.Event()
+        #: Batched model steps run, and the rows they held (rows / steps = the mean batch size).
+        self.steps = 0
+        self.step_rows = 0
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
@@ -556,7 +559,21 @@ class Engine:
             self._advance(act, codes)
 
     def _step(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
+        self.steps += 1
+        self.step_rows += len(generators)
         return list(self.model.step_many(generators))
+
+    def stats(self) -> dict[str, int]:
+        """What the engine holds now (read without a lock: a monitoring snapshot, not a contract):
+        ``active`` streams generating, ``prefilling`` admitted streams still in their prefill,
+        ``waiting`` streams not yet admitted, and the ``steps`` / ``step_rows`` counters."""
+        return {
+            "active": len(self._active),
+            "prefilling": len(self._prefilling),
+            "waiting": self._pending.qsize(),
+            "steps": self.steps,
+            "step_rows": self.step_rows,
+        }
 
     def _advance(self, act: Active, codes: torch.Tensor | None) -> None:
         try:

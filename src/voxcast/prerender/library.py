@@ -300,7 +300,7 @@ class _Run:
         return all(k in self.existing for k in keys.values()) and set(keys) <= set(prev.get("objects", {}))
 
     def _synthesize(self, request: SynthesisRequest) -> tuple[np.ndarray, Any]:
-        stream = self.service.synthesize(request, store=False)
+        stream = self.service.synthesize(request, store=False, entry="prerender")
         parts = []
         for chunk in stream:
             parts.append(chunk.data)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
     service = Service.load(ServiceConfig.from_env(_env(args)))
     try:
-        stream = service.synthesize(request, store=False)
+        stream = service.synthesize(request, store=False, entry="cli")
         t0 = time.perf_counter()
         parts = []
         for chunk in stream:

@@ -1,7 +1,8 @@
 """The ASGI application (FastAPI on Starlette, served by uvicorn): routes, auth, errors, readiness.
 
 Routes: ``POST /v1/audio/speech`` (OpenAI-compatible, :mod:`.streaming`), ``/v1/audio/voices``
-(:mod:`.voices`), ``GET /v1/models``, and ``/ping`` / ``/health`` for load balancers (RunPod's
+(:mod:`.voices`), ``/v1/audio/speech/stream`` (WebSocket, :mod:`.ws`), ``GET /v1/models``,
+``/metrics`` (Prometheus), and ``/ping`` / ``/health`` for load balancers (RunPod's
 load-balancing endpoints: 204 while the model loads and warms, 200 once ready). The service is held
 by a :class:`ServiceHolder`, which may load it in the background so the health routes answer at once.
 """
@@ -23,6 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket
 
 from voxcast.errors import VoxcastError
+from voxcast.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from voxcast.metrics import Metrics
 from voxcast.service import Service
 from voxcast.serving.http.body import read_json
 from voxcast.serving.http.config import HttpConfig
@@ -49,19 +52,22 @@ class ServiceHolder:
     def __init__(self, service: Service | None = None) -> None:
         self.service = service
         self.state = "ready" if service is not None else "loading"
+        #: The process's metrics: the service's, or made here (reporting the loading state) and
+        #: handed to the service that :meth:`load_in_background` loads.
+        self.metrics = service.metrics if service is not None else Metrics(state=lambda: self.state)
         self.error: str | None = None
         self.load_s: float | None = None
         self._thread: threading.Thread | None = None
 
     def load_in_background(
-        self, load: Callable[[], Service], on_failure: Callable[[BaseException], None]
+        self, load: Callable[[Metrics], Service], on_failure: Callable[[BaseException], None]
     ) -> None:
-        """Run ``load`` on a thread; ``on_failure`` gets its exception (the server then exits)."""
+        """Run ``load(metrics)`` on a thread; ``on_failure`` gets its exception (the server then exits)."""
 
         def run() -> None:
             t0 = time.perf_counter()
             try:
-                self.service = load()
+                self.service = load(self.metrics)
             except BaseException as e:
                 self.state, self.error = "failed", f"{type(e).__name__}: {e}"
                 log.exception("voxcast serve: loading the service failed")
@@ -170,6 +176,16 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             )
 
     app.add_api_route("/ping", lambda: _health(holder, counters), methods=["GET"])
+    app.add_api_route(
+        "/metrics",
+        lambda: Response(holder.metrics.exposition(), media_type=METRICS_CONTENT_TYPE),
+        methods=["GET"],
+    )
+    app.add_api_route(
+        "/metrics",
+        lambda: Response(holder.metrics.exposition(), media_type=METRICS_CONTENT_TYPE),
+        methods=["GET"],
+    )
     app.add_api_route("/health", lambda: _health(holder, counters), methods=["GET"])
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
@@ -191,7 +207,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             header_id = request.headers.get("x-request-id")
             if header_id and "request_id" not in fields:
                 fields["request_id"] = header_id
-            stream = service.synthesize(fields)
+            stream = service.synthesize(fields, entry="http")
             return await open_speech(
                 stream, stream_format, counters, queue_chunks=config.queue_chunks, stall_s=config.stall_s
             )

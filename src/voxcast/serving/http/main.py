@@ -81,7 +81,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
     def failed(_: BaseException) -> None:
         threading.Timer(0.5, _die, (1,)).start()  # let /ping report the failure briefly
 
-    holder.load_in_background(lambda: Service.load(service_config), failed)
+    holder.load_in_background(lambda metrics: Service.load(service_config, metrics), failed)
     log.info(
         "voxcast serve: listening on %s:%d (health on %s)",
         http.host,

@@ -136,20 +136,10 @@ async def open_speech(
 
 
 def _finished(stream: ServiceStream, pump: ThreadPump[EncodedChunk], counters: Counters) -> None:
-    """Log and count a stream that ran to its end."""
+    """Count a stream that ran to its end (the service logs its line, voxcast.request_log)."""
     if pump.stalled:
         raise ConnectionAbortedError(f"request {stream.request_id}: the client stopped reading")
     counters.completed += 1
-    if stream.result is not None:
-        t = stream.result.timing
-        log.info(
-            "request %s: %s, %d frames, first audio %.0f ms, total %.0f ms",
-            stream.request_id,
-            t.finish_reason,
-            t.frames,
-            t.ttfa_ms or 0.0,
-            t.total_ms,
-        )
 
 
 async def _audio_body(

@@ -260,7 +260,7 @@ class SpeechSocket:
         segment = self.segments
         self.segments += 1
         try:
-            stream = self.service.synthesize({**self.config, "text": item.text})
+            stream = self.service.synthesize({**self.config, "text": item.text}, entry="websocket")
         except VoxcastError as e:
             await self.send({**_err(e), "segment": segment})
             return

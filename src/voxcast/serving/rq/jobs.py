@@ -190,7 +190,7 @@ class _SynthesisJob:
             if self.ctx.redis.exists(cancel_key(self.job.id)):
                 return self._cancelled(attempt, before_start=True)
             req = _with_request_id(payload, self.job.id)
-            self.stream = self.ctx.service.synthesize(req, store=True)
+            self.stream = self.ctx.service.synthesize(req, store=True, entry="rq")
             self.publisher.start(self._start_info(req, attempt))
             if self._pump():
                 return self._cancelled(attempt)

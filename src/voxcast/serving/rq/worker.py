@@ -36,6 +36,7 @@ from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job
 from rq.serializers import JSONSerializer
 
+from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.dead_letter import MalformedJob, VoxcastQueue
 from voxcast.serving.rq.jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobContext, bind_context
@@ -173,8 +174,9 @@ class VoxcastWorker(SimpleWorker):
             from voxcast.service import Service, ServiceConfig
 
             config = self._service_config or ServiceConfig.from_env(os.environ)
+            metrics = serve_metrics(os.environ)
             t0 = time.perf_counter()
-            self._service = Service.load(config)
+            self._service = Service.load(config, metrics)
             self._ready_ms = (time.perf_counter() - t0) * 1000
         return self._service
 

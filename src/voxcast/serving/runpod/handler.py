@@ -158,7 +158,7 @@ class RunpodHandler:
     async def _synthesize(self, job_id: str, data: Any) -> AsyncIterator[dict[str, Any]]:
         t0, started_unix = time.perf_counter(), time.time()
         request = self._parse(job_id, data)
-        stream = await asyncio.to_thread(self.service.synthesize, request, store=True)
+        stream = await asyncio.to_thread(self.service.synthesize, request, store=True, entry="runpod")
         mirror = await self._open_mirror(job_id, request)
         pump = ThreadPump(
             stream,

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.handler import RunpodHandler
 from voxcast.serving.runpod.local import is_local, run_local
@@ -64,7 +65,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         from voxcast.service import Service, ServiceConfig
 
         config = RunpodConfig.from_env(env)
-        service = Service.load(ServiceConfig.from_env(env))
+        service = Service.load(ServiceConfig.from_env(env), serve_metrics(env))
         redis_client = _redis_client(config.redis_url) if config.redis_url else None
     except Exception:
         log.exception("voxcast runpod worker: start-up failed; exiting")

@@ -1,0 +1,250 @@
+"""Prometheus metrics, scraped from each process type and parsed with prometheus_client's own parser:
+the HTTP server (``/metrics`` on its port), the RunPod queue handler and the RQ worker
+(``VOXCAST_METRICS_PORT``), each with the same names."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fixtures.http_server import running
+from tests.fixtures.procs import free_port, stop_process
+from tests.fixtures.runpod_control_plane import FakeControlPlane, running_worker
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.errors import InvalidRequest
+from voxcast.service import Service, ServiceConfig
+from voxcast.serving.http.app import ServiceHolder, create_app
+from voxcast.serving.http.config import HttpConfig
+from voxcast.serving.rq.client import QueueClient
+from voxcast.serving.rq.config import QueueConfig
+from voxcast.storage.local import LocalBlobStore
+
+REPO = Path(__file__).resolve().parents[2]
+Factory = Callable[[str], Path]
+SAY = {"input": "Hello there.", "voice": "ryan", "response_format": "pcm"}
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``{(sample name, sorted labels): value}`` of one scrape."""
+    text = httpx.get(url, timeout=10).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
+    svc = Service.assemble(
+        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
+    )
+    yield svc
+    svc.close()
+
+
+def test_http_server_metrics_count_every_outcome(service: Service) -> None:
+    model = service.engine.identity
+    with (
+        running(create_app(ServiceHolder(service), HttpConfig())) as url,
+        httpx.Client(base_url=url, timeout=60) as http,
+    ):
+        before = scrape(url + "/metrics")
+        assert http.post("/v1/audio/speech", json={**SAY, "seed": 1, "max_frames": 5}).status_code == 200
+        assert (
+            http.post("/v1/audio/speech", json={**SAY, "seed": 1, "max_frames": 5}).status_code == 200
+        )  # hit
+        assert http.post("/v1/audio/speech", json={**SAY, "voice": "nobody"}).status_code == 400
+        assert http.post("/v1/audio/speech", json={**SAY, "sample_rate": 5}).status_code == 400
+        with http.stream("POST", "/v1/audio/speech", json={**SAY, "max_frames": 3000}) as r:
+            next(r.iter_raw())  # then hang up: cancelled
+        _wait(
+            lambda: (
+                value(
+                    scrape(url + "/metrics"),
+                    "voxcast_requests_total",
+                    entry="http",
+                    model=model,
+                    outcome="cancelled",
+                )
+                > 0
+            )
+        )
+        after = scrape(url + "/metrics")
+
+    def delta(outcome: str) -> float:
+        key = {"entry": "http", "model": model, "outcome": outcome}
+        return value(after, "voxcast_requests_total", **key) - value(before, "voxcast_requests_total", **key)
+
+    assert delta("ok") == 1 and delta("cache_hit") == 1 and delta("voice_not_found") == 1
+    assert delta("invalid_request") == 1 and delta("cancelled") == 1
+    ttfa = value(after, "voxcast_time_to_first_audio_seconds_count", entry="http") - value(
+        before, "voxcast_time_to_first_audio_seconds_count", entry="http"
+    )
+    assert ttfa == 3  # ok, hit, cancelled each had a first chunk
+    assert (
+        value(after, "voxcast_frames_generated_total") - value(before, "voxcast_frames_generated_total") >= 5
+    )
+    assert value(after, "voxcast_audio_cache_lookups_total", result="hit") >= 1
+    assert value(after, "voxcast_engine_state", state="ready") == 1
+    assert value(after, "voxcast_engine_state", state="loading") == 0
+    assert ("voxcast_streams_active", ()) in after and ("voxcast_streams_waiting", ()) in after
+    steps = value(after, "voxcast_engine_steps_total")
+    assert steps > 0 and value(after, "voxcast_engine_step_rows_total") >= steps
+    assert value(after, "voxcast_chunk_frames_count") > 0
+
+
+def test_http_metrics_report_loading_before_the_model_is_ready(service: Service) -> None:
+    release = threading.Event()
+    holder = ServiceHolder()
+
+    def load(metrics: Any) -> Service:
+        release.wait(30)
+        return service
+
+    holder.load_in_background(load, on_failure=lambda e: None)
+    with running(create_app(holder, HttpConfig())) as url:
+        assert value(scrape(url + "/metrics"), "voxcast_engine_state", state="loading") == 1
+        release.set()
+        assert holder.wait(30)
+        # the holder's metrics were made before the service: the service keeps its own here
+        assert value(scrape(url + "/metrics"), "voxcast_engine_state", state="ready") == 1
+
+
+def test_runpod_handler_serves_metrics_on_its_port(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        "VOXCAST_MODEL": str(tiny_model_dir("custom_voice")),
+        "VOXCAST_STORAGE_DIR": str(tmp_path / "store"),
+        "VOXCAST_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VOXCAST_METRICS_PORT": str(port),
+        "VOXCAST_METRICS_HOST": "127.0.0.1",
+    }
+    with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log"):
+        ok = plane.submit({"text": "Hello there.", "voice": "ryan", "max_frames": 4})
+        bad = plane.submit({"text": "Hello there.", "voice": "nobody"})
+        plane.wait_done(ok, 120)
+        plane.wait_done(bad, 120)
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    models = {dict(k[1]).get("model") for k in samples if k[0] == "voxcast_requests_total"}
+    (model,) = models
+    assert value(samples, "voxcast_requests_total", entry="runpod", model=model, outcome="ok") == 1
+    assert (
+        value(samples, "voxcast_requests_total", entry="runpod", model=model, outcome="voice_not_found") == 1
+    )
+    assert value(samples, "voxcast_engine_state", state="ready") == 1
+    assert value(samples, "voxcast_load_seconds") > 0
+
+
+@pytest.mark.slow
+def test_rq_worker_serves_metrics_on_its_port(
+    tiny_model_dir: Factory, tmp_path: Path, redis_client: redis.Redis, redis_url: str
+) -> None:
+    port, queue = free_port(), "vx-metrics"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "VOXCAST_MODEL": str(tiny_model_dir("custom_voice")),
+        "VOXCAST_STORAGE_DIR": str(tmp_path / "store"),
+        "VOXCAST_THREADS": "1",
+        "VOXCAST_WARMUP": "0",
+        "VOXCAST_METRICS_PORT": str(port),
+        "VOXCAST_METRICS_HOST": "127.0.0.1",
+    }
+    cmd = [sys.executable, str(REPO / "worker.py"), "--queues", queue, "--redis-url", redis_url]
+    with open(tmp_path / "worker.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = QueueClient(redis_client, QueueConfig(queues=(queue,), retries=0))
+        job = client.enqueue({"text": "Hello there.", "voice": "ryan", "max_frames": 4})
+        result = client.wait(job, timeout_s=120)
+        assert result["timing"]["frames"] == 4, result
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        stop_process(proc, timeout_s=20)
+    models = {dict(k[1]).get("model") for k in samples if k[0] == "voxcast_requests_total"}
+    (model,) = models
+    assert value(samples, "voxcast_requests_total", entry="rq", model=model, outcome="ok") == 1
+    assert value(samples, "voxcast_frames_generated_total") == 4
+    assert value(samples, "voxcast_engine_state", state="ready") == 1
+
+
+def test_one_log_line_per_request_in_json_without_the_text(
+    service: Service, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from voxcast.logs import JsonFormatter
+
+    monkeypatch.delenv("VOXCAST_LOG_TEXT", raising=False)
+    text = "A secret account number is 12345."
+    with caplog.at_level(logging.INFO, logger="voxcast.requests"):
+        stream = service.synthesize(
+            {"text": text, "voice": "ryan", "max_frames": 3, "request_id": "req-42"}, entry="rq"
+        )
+        list(stream)
+        with pytest.raises(InvalidRequest):
+            service.synthesize({"text": text, "sample_rate": 5}, entry="http")
+    records = [r for r in caplog.records if r.name == "voxcast.requests"]
+    assert len(records) == 2
+    line = json.loads(JsonFormatter().format(records[0]))
+    assert line["event"] == "request" and line["request_id"] == "req-42" and line["entry"] == "rq"
+    assert line["outcome"] == "ok" and line["frames"] == 3 and line["voice"] == "ryan"
+    assert line["text_chars"] == len(text) and len(line["text_sha256"]) == 16
+    assert line["ts"].endswith("Z") and line["level"] == "INFO" and line["model"] == service.engine.identity
+    assert all(text not in json.dumps(json.loads(JsonFormatter().format(r))) for r in records)
+    assert json.loads(JsonFormatter().format(records[1]))["outcome"] == "invalid_request"
+    monkeypatch.setenv("VOXCAST_LOG_TEXT", "1")
+    with caplog.at_level(logging.INFO, logger="voxcast.requests"):
+        list(service.synthesize({"text": text, "voice": "ryan", "max_frames": 2}))
+    assert json.loads(JsonFormatter().format(caplog.records[-1]))["text"] == text
+
+
+def test_log_format_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from voxcast.logs import setup_logging
+
+    monkeypatch.setenv("VOXCAST_LOG_FORMAT", "xml")
+    with pytest.raises(ValueError, match="VOXCAST_LOG_FORMAT"):
+        setup_logging()
+
+
+def test_json_log_format_in_a_process() -> None:
+    code = (
+        "import logging; from voxcast.logs import setup_logging; setup_logging();"
+        "logging.getLogger('voxcast.x').info('hello %s', 'there');"
+        "logging.getLogger('voxcast.x').warning('redis://:hunter2@host/0 failed')"
+    )
+    env = {**os.environ, "VOXCAST_LOG_FORMAT": "json"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stderr
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["level"], x["logger"], x["msg"]) for x in lines] == [
+        ("INFO", "voxcast.x", "hello there"),
+        ("WARNING", "voxcast.x", "redis://:***@host/0 failed"),
+    ]
