@@ -22,7 +22,7 @@ Metric names (all prefixed ``voxcast_``):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -77,16 +77,16 @@ class _EngineCollector(Collector):
 class Metrics:
     """One process's metrics, in a registry of its own (tests and several services do not collide).
 
-    Args:
-        state: returns the process's state (one of :data:`STATES`); default: ``ready`` once an
-            engine is attached, ``loading`` before.
+    ``phase`` is the process's state (one of :data:`STATES`): ``loading`` until the service is
+    assembled (``warming`` during the engine's warm-up), then ``ready``; the HTTP server also sets
+    ``failed`` and ``draining``.
     """
 
-    def __init__(self, state: Callable[[], str] | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.engine: Any = None
         self.model = ""
-        self._state = state
+        self.phase = "loading"
         r = self.registry
         self.requests = Counter(
             "voxcast_requests",
@@ -129,13 +129,12 @@ class Metrics:
         r.register(_EngineCollector(self))
 
     def state(self) -> str:
-        if self._state is not None:
-            return self._state()
-        return "ready" if self.engine is not None else "loading"
+        return self.phase
 
     def attach(self, engine: Any, model: str) -> None:
-        """The engine whose gauges are read at scrape time, and the ``model`` label."""
+        """The engine whose gauges are read at scrape time, and the ``model`` label; ``ready``."""
         self.engine, self.model = engine, model
+        self.phase = "ready"
 
     # -- recording ---------------------------------------------------------------------------------
     def chunk(self, frames: int) -> None:

@@ -254,7 +254,12 @@ class Service:
         ``metrics``: the process's metrics (made before loading, so they report the loading state).
         """
         store = open_store(config.storage)
-        return cls.assemble(config, Engine.load(config.engine), store, metrics)
+        metrics = metrics or Metrics()
+
+        def warming() -> None:
+            metrics.phase = "warming"
+
+        return cls.assemble(config, Engine.load(config.engine, on_warmup=warming), store, metrics)
 
     @classmethod
     def assemble(

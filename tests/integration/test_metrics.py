@@ -40,7 +40,11 @@ SAY = {"input": "Hello there.", "voice": "ryan", "response_format": "pcm"}
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``{(sample name, sorted labels): value}`` of one scrape."""
-    text = httpx.get(url, timeout=10).text
+    return scrape_text(httpx.get(url, timeout=10).content)
+
+
+def scrape_text(data: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = data.decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -248,3 +252,29 @@ def test_json_log_format_in_a_process() -> None:
         ("INFO", "voxcast.x", "hello there"),
         ("WARNING", "voxcast.x", "redis://:***@host/0 failed"),
     ]
+
+
+def test_a_loading_process_reports_loading_then_warming_then_ready(
+    tiny_model_dir: Factory, tmp_path: Path
+) -> None:
+    from voxcast.metrics import Metrics
+    from voxcast.storage.config import StorageConfig
+
+    seen: list[str] = []
+
+    class Spy(Metrics):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "phase":
+                seen.append(value)
+            super().__setattr__(name, value)
+
+    config = ServiceConfig(
+        engine=EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=True),
+        storage=StorageConfig(local_dir=str(tmp_path / "store"), local_fsync=False),
+    )
+    service = Service.load(config, Spy())
+    try:
+        assert seen == ["loading", "warming", "ready"]
+        assert value(scrape_text(service.metrics.exposition()), "voxcast_warmup_seconds") > 0
+    finally:
+        service.close()

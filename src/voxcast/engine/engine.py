@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -102,8 +103,9 @@ class Engine:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, config: EngineConfig) -> Engine:
-        """Load ``config.model``, start the scheduler and (unless disabled) warm every path."""
+    def load(cls, config: EngineConfig, on_warmup: Callable[[], None] | None = None) -> Engine:
+        """Load ``config.model``, start the scheduler and (unless disabled) warm every path;
+        ``on_warmup`` is called when loading is done and warm-up begins (readiness reporting)."""
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
@@ -131,6 +133,8 @@ class Engine:
         engine.precision = precision
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
         if config.warmup:
+            if on_warmup is not None:
+                on_warmup()
             engine.warmup()
         else:
             engine.heap_trim = trim_heap()

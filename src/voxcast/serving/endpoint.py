@@ -1,7 +1,8 @@
 """One image, both RunPod endpoint types: ``handler.py`` picks the queue handler or the HTTP server.
 
 ``VOXCAST_ENDPOINT_TYPE``: ``queue`` (default: the RunPod serverless handler for queue endpoints) or
-``http`` (the HTTP server for load-balancing endpoints, on ``PORT`` with ``/ping`` on ``PORT_HEALTH``).
+``http`` (the HTTP server for load-balancing endpoints, on ``PORT`` with ``/ping`` on ``PORT_HEALTH``,
+listening on every interface unless ``VOXCAST_HOST`` says otherwise).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def main() -> int:
     if kind == "http":
         from voxcast.serving.http.main import main as http_main
 
+        # a container's entrypoint: listen on every interface unless told otherwise
+        os.environ.setdefault("VOXCAST_HOST", "0.0.0.0")
         return http_main([])
     from voxcast.logs import setup_logging
     from voxcast.serving.runpod.main import main as queue_main

@@ -46,18 +46,26 @@ _OPENAI_NAMES = {"text": "input", "instruct": "instructions"}
 class ServiceHolder:
     """The service the routes use: given ready, or loaded on a background thread (:meth:`load_in_background`).
 
-    ``state`` is ``loading``, ``ready`` or ``failed``.
+    ``state`` (the metrics' phase, which ``/ping`` and ``/metrics`` report): ``loading``, ``warming``,
+    ``ready``, ``failed`` or ``draining`` (after SIGTERM: ``/ping`` answers 503 so no new traffic comes).
     """
 
     def __init__(self, service: Service | None = None) -> None:
         self.service = service
-        self.state = "ready" if service is not None else "loading"
-        #: The process's metrics: the service's, or made here (reporting the loading state) and
+        #: The process's metrics: the service's, or made here (reporting loading and warming) and
         #: handed to the service that :meth:`load_in_background` loads.
-        self.metrics = service.metrics if service is not None else Metrics(state=lambda: self.state)
+        self.metrics = service.metrics if service is not None else Metrics()
         self.error: str | None = None
         self.load_s: float | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def state(self) -> str:
+        return self.metrics.phase
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self.metrics.phase = value
 
     def load_in_background(
         self, load: Callable[[Metrics], Service], on_failure: Callable[[BaseException], None]
@@ -89,11 +97,11 @@ class ServiceHolder:
     def get(self) -> Service:
         """The ready service; 503 (with ``Retry-After``) while it loads or after it failed."""
         if self.service is None or self.state != "ready":
-            message = (
-                "the model is loading"
-                if self.state == "loading"
-                else f"the service failed to load: {self.error}"
-            )
+            message = {
+                "loading": "the model is loading",
+                "warming": "the model is warming up",
+                "draining": "the server is shutting down",
+            }.get(self.state, f"the service failed to load: {self.error}")
             raise HttpError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
         return self.service
 
@@ -106,11 +114,11 @@ def _error_response(e: BaseException) -> JSONResponse:
 
 
 def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
-    """200 ready, 204 loading or warming (RunPod's convention), 503 failed."""
-    if holder.state == "loading":
+    """200 ready, 204 loading or warming (RunPod's convention), 503 failed or draining."""
+    if holder.state in ("loading", "warming"):
         return Response(status_code=204)
-    if holder.state == "failed":
-        return JSONResponse({"status": "failed", "error": holder.error}, 503)
+    if holder.state in ("failed", "draining"):
+        return JSONResponse({"status": holder.state, "error": holder.error}, 503)
     body: dict[str, Any] = {"status": "ready", "load_s": holder.load_s}
     if holder.service is not None:
         body["model"] = holder.service.engine.identity

@@ -31,11 +31,15 @@ log = logging.getLogger(__name__)
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that stops its peers too (the API and the health port share one signal)."""
+    """A uvicorn server that stops its peers too (the API and the health port share one signal) and
+    reports ``draining`` from then on."""
 
     peers: list[uvicorn.Server]
+    on_exit: Any = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.on_exit is not None:
+            self.on_exit()
         super().handle_exit(sig, frame)
         for peer in self.peers:
             peer.should_exit = True
@@ -75,8 +79,14 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
     if http.separate_health_port:
         assert http.health_port is not None
         servers.append(_Server(config(health_app(holder), http.health_port)))
+
+    def draining() -> None:
+        if holder.state == "ready":
+            holder.state = "draining"
+
     for s in servers:
         s.peers = [p for p in servers if p is not s]
+        s.on_exit = draining
 
     def failed(_: BaseException) -> None:
         threading.Timer(0.5, _die, (1,)).start()  # let /ping report the failure briefly
