@@ -24,9 +24,14 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):(?P<secret>[^@/\s]+)@")
 
 
+#: ``api_key=...`` / ``token=...`` in a query string (a browser's WebSocket carries its key there).
+_QUERY_SECRET = re.compile(r"(?i)(?P<head>[?&](?:api_key|apikey|access_token|token|key)=)[^&\s\"']+")
+
+
 def redact(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` replaced by ``***``."""
-    return _USERINFO.sub(r"\g<head>:***@", text)
+    """``text`` with the password of every ``scheme://user:password@`` and the value of every
+    ``?api_key=`` / ``token=`` query parameter replaced by ``***``."""
+    return _QUERY_SECRET.sub(r"\g<head>***", _USERINFO.sub(r"\g<head>:***@", text))
 
 
 class RedactingFilter(logging.Filter):

@@ -144,7 +144,7 @@ class Metrics:
     def request_ended(self, entry: str, timing: Any, error: BaseException | None) -> None:
         """Record one request's outcome and timing (``timing`` None when it failed before one existed)."""
         self.requests.labels(entry, self.model, outcome(timing, error)).inc()
-        if timing is None:
+        if timing is None or error is not None:  # a failed request's figures are not latencies
             return
         if timing.chunks:
             self.ttfa.labels(entry).observe(timing.ttfa_ms / 1000)

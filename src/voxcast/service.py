@@ -201,9 +201,11 @@ class ServiceStream(Iterator[EncodedChunk]):
         return chunk
 
     def _ended(self, error: BaseException | None) -> None:
-        """Record the request in the metrics, once."""
-        if not self._recorded:
-            self._recorded = True
+        """Record the request in the metrics and the request log, once."""
+        if self._recorded:
+            return
+        self._recorded = True
+        try:  # bookkeeping never turns a served request into a failed one
             metrics = self._service.metrics
             metrics.request_ended(self.entry, self._timing, error)
             log_request(
@@ -214,6 +216,8 @@ class ServiceStream(Iterator[EncodedChunk]):
                 self._timing,
                 outcome(self._timing, error),
             )
+        except Exception:
+            log.exception("request %s: recording its metrics or log line failed", self.request_id)
 
     def cancel(self) -> None:
         """Stop (thread-safe): the engine stops within one frame; a cache read stops at its next chunk."""
@@ -417,7 +421,7 @@ class Service:
         timing.chunks = seq
         timing.total_ms = (time.perf_counter() - t0) * 1000
         timing.finish_reason = "cancelled" if s.cancelled else "cache"
-        timing.audio_s = float(meta.get("audio_s", 0.0) or 0.0)
+        timing.audio_s = float(meta.get("duration_s", meta.get("audio_s", 0.0)) or 0.0)
         timing.frames = int(meta.get("frames", 0) or 0)
         s.result = self._result(s, timing, total, timing.audio_s, self.cache.blob_key(key), voice_id, None)
 

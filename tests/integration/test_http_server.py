@@ -295,7 +295,11 @@ def test_a_client_that_stops_reading_is_cancelled_and_counted(cv_service: Servic
         recorder.restore()
 
 
-def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(client: openai.OpenAI) -> None:
+def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(
+    client: openai.OpenAI, server: tuple[str, Any, Recorder]
+) -> None:
+    disconnected = server[1].state.counters.disconnected
+
     def say(seed: int) -> bytes:
         extra = {"seed": seed, "max_frames": 6 + seed % 3, "cache": False}
         return client.audio.speech.create(**SAY, response_format="pcm", extra_body=extra).content
@@ -305,6 +309,7 @@ def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(client: 
         together = list(pool.map(say, range(8)))
     assert together == alone
     assert len(set(alone)) == 8
+    assert server[1].state.counters.disconnected == disconnected  # complete responses are not "gone"
 
 
 # -- voices ------------------------------------------------------------------------------------------
@@ -360,6 +365,17 @@ def test_voices_upload_list_use_delete(tiny_model_dir: Factory, tmp_path: Path) 
             assert junk.status_code == 400, junk.text
             nofile = http.post("/v1/audio/voices", data={"ref_text": "x"}, files={"other": ("a", b"1")})
             assert nofile.status_code == 400 and nofile.json()["error"]["param"] == "audio"
+
+            def chunked() -> Iterator[bytes]:
+                yield b'--x\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\n'
+                yield wav + b"\r\n--x--\r\n"
+
+            unsized = http.post(
+                "/v1/audio/voices",
+                content=chunked(),
+                headers={"Content-Type": "multipart/form-data; boundary=x"},
+            )
+            assert unsized.status_code == 411 and unsized.json()["error"]["code"] == "length_required"
             b64 = http.post("/v1/audio/voices", json={"ref_audio": "@@@"})
             assert b64.status_code == 400 and b64.json()["error"]["param"] == "ref_audio"
     finally:

@@ -182,8 +182,13 @@ def test_fixed_20ms_mulaw_frames_for_telephony(url: str, service: Service) -> No
     with _open(url) as ws:
         ws.send(json.dumps(config))
         ws.send(json.dumps({"type": "text", "text": "Press one. Or two."}))
+        ws.send(json.dumps({"type": "mark", "name": "end"}))
         ws.send(json.dumps({"type": "close"}))
         msgs = _read_until(ws, "closed")
+    mark = msgs.index({"type": "mark", "name": "end"})
+    assert not [
+        m for m in msgs[mark:] if isinstance(m, bytes)
+    ]  # every frame, the padded last one too, before it
     frames = [m for m in msgs if isinstance(m, bytes)]
     assert frames and all(len(f) == 160 for f in frames)
     offline = _offline(service, "Press one. Or two.", response_format="mulaw", sample_rate=8000, max_frames=5)
@@ -244,3 +249,24 @@ def test_a_client_that_disconnects_mid_sentence_cancels_it(url: str, service: Se
         assert stream.result.timing.finish_reason == "cancelled" and stream.result.timing.frames < 3000
     finally:
         opened.restore()
+
+
+def test_unspoken_text_is_bounded(url: str) -> None:
+    with _open(url) as ws:
+        ws.send(json.dumps({**CONFIG, "max_frames": 3000}))
+        errors: list[dict[str, Any]] = []
+        for _ in range(8):  # flushed text waits in the queue while the first sentence is spoken
+            ws.send(json.dumps({"type": "text", "text": "Hi there. " * 400}))
+            ws.send(json.dumps({"type": "flush"}))
+        ws.send(json.dumps({"type": "mark", "name": "x" * 300}))
+        ws.send(json.dumps({"type": "clear"}))
+        for msg in _read_until(ws, "cleared"):
+            if isinstance(msg, dict) and msg["type"] == "error":
+                errors.append(msg["error"])
+        # 8 x 4000 characters against a 20000 limit: the last rounds are refused, however far the
+        # speaker got with the first sentences
+        params = [e["param"] for e in errors]
+        assert params[-1] == "name" and len(params) >= 3 and set(params[:-1]) == {"text"}
+        assert "unspoken" in errors[0]["message"]
+        ws.send(json.dumps({"type": "close"}))
+        _read_until(ws, "closed")

@@ -103,3 +103,26 @@ def test_a_pump_whose_consumer_stops_reading_gives_up_and_drains() -> None:
     got, pump = asyncio.run(main())
     assert pump.stalled and stopped.is_set()
     assert got == list(range(len(got))) and len(got) <= 4  # what was handed over before the stall, in order
+
+
+def test_a_pump_keeps_reporting_its_end() -> None:
+    async def main() -> int:
+        pump: ThreadPump[int] = ThreadPump(iter(())).start()
+        ends = 0
+        for _ in range(3):  # an empty source: the end, again and again (never a hang)
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(pump.__anext__(), 10)
+            ends += 1
+        assert pump.finished
+        return ends
+
+    assert asyncio.run(main()) == 3
+
+
+def test_query_string_keys_are_redacted() -> None:
+    from voxcast.logs import redact
+
+    line = '"WebSocket /v1/audio/speech/stream?x=1&api_key=sk-secret" [accepted] redis://:pw@host/0'
+    assert (
+        redact(line) == '"WebSocket /v1/audio/speech/stream?x=1&api_key=***" [accepted] redis://:***@host/0'
+    )

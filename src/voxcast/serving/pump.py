@@ -122,6 +122,7 @@ class ThreadPump(Generic[T]):
         if kind == _ITEM:
             self._slots.release()
             return value
+        self._pending.appendleft((kind, value))  # the end (or error) stays: later calls see it too
         if kind == _ERROR:
             raise value
         raise StopAsyncIteration
@@ -146,11 +147,12 @@ class ThreadPump(Generic[T]):
         self.t_started = time.perf_counter()
         try:
             self._produce(iter(self._source))
-            self._post(_END, None)
         except BaseException as e:  # handed to the consumer, which decides
+            self._finished.set()  # before the hand-over: a consumer that sees the end sees it finished
             self._post(_ERROR, e)
-        finally:
+        else:
             self._finished.set()
+            self._post(_END, None)
 
     def _produce(self, it: Iterator[T]) -> None:
         for item in it:

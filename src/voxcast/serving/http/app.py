@@ -189,11 +189,6 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
         lambda: Response(holder.metrics.exposition(), media_type=METRICS_CONTENT_TYPE),
         methods=["GET"],
     )
-    app.add_api_route(
-        "/metrics",
-        lambda: Response(holder.metrics.exposition(), media_type=METRICS_CONTENT_TYPE),
-        methods=["GET"],
-    )
     app.add_api_route("/health", lambda: _health(holder, counters), methods=["GET"])
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])

@@ -18,6 +18,7 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    411: "invalid_request_error",
     413: "invalid_request_error",
     502: "server_error",
     503: "server_error",

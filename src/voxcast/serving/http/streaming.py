@@ -16,6 +16,7 @@ reading while its buffer is full for ``stall_s`` has its stream cancelled and co
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -53,14 +54,32 @@ class Counters:
 
 
 class _Response(StreamingResponse):
-    """A streaming response that runs ``on_close`` however it ends (sent, failed or disconnected)."""
+    """A streaming response that runs ``on_close`` however it ends (sent, failed or disconnected),
+    and that :meth:`abort` ends from any thread (a client that stopped reading: the send it waits in
+    never returns by itself)."""
 
     def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None], **kw: Any) -> None:
         super().__init__(body, **kw)
         self._on_close = on_close
+        self._abort: Callable[[], None] | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        self._aborted = True
+        if self._abort is not None:
+            self._abort()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        if task is not None:
+
+            def cancel() -> None:
+                loop.call_soon_threadsafe(task.cancel)
+
+            self._abort = cancel
         try:
+            if self._aborted:
+                raise ConnectionAbortedError("the client stopped reading")
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
@@ -90,9 +109,13 @@ async def open_speech(
         whatever the stream raised before its first chunk (the route turns it into a JSON error).
     """
 
-    def stalled() -> None:
+    responses: list[_Response] = []
+
+    def stalled() -> None:  # on the pump's thread
         stream.cancel()
         counters.stalled += 1
+        for response in responses:
+            response.abort()  # the uvicorn protocol then closes the connection
 
     pump: ThreadPump[EncodedChunk] = ThreadPump(
         stream,
@@ -111,7 +134,7 @@ async def open_speech(
         raise
 
     def on_close() -> None:
-        if not pump.finished:  # the client went away (or the send failed) before the end
+        if not pump.finished and not pump.stalled:  # the client went away before the end
             counters.disconnected += 1
             log.info("request %s: client gone; generation cancelled", stream.request_id)
             stream.cancel()
@@ -125,14 +148,15 @@ async def open_speech(
         "X-Voxcast-TTFA-Ms": f"{first.t_ms:.1f}" if first is not None else "",
     }
     if stream_format == "sse":
-        return _Response(
-            _sse_body(stream, pump, first, counters),
-            on_close,
-            media_type="text/event-stream",
-            headers=headers,
-        )
-    media = stream_content_type(req.response_format, req.sample_rate)
-    return _Response(_audio_body(stream, pump, first, counters), on_close, media_type=media, headers=headers)
+        body, media = _sse_body(stream, pump, first, counters), "text/event-stream"
+    else:
+        body = _audio_body(stream, pump, first, counters)
+        media = stream_content_type(req.response_format, req.sample_rate)
+    response = _Response(body, on_close, media_type=media, headers=headers)
+    responses.append(response)
+    if pump.stalled:  # it stalled before the response existed
+        response.abort()
+    return response
 
 
 def _finished(stream: ServiceStream, pump: ThreadPump[EncodedChunk], counters: Counters) -> None:

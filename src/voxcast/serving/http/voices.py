@@ -54,6 +54,8 @@ def _text(value: Any, name: str) -> str | None:
 async def _upload(request: Request, limit: int) -> tuple[bytes, str | None, bool]:
     """(audio bytes, transcript, x_vector_only) from a multipart form or a JSON body."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        if not request.headers.get("content-length", "").isdigit():  # file parts have no size cap
+            raise HttpError(411, "a multipart upload needs a Content-Length", code="length_required")
         check_length(request, limit)
         form = await request.form(max_files=1, max_fields=8, max_part_size=limit)
         audio = form.get("audio") or form.get("file")

@@ -52,13 +52,21 @@ _RAW = {AudioFormat.PCM: (2, b"\x00"), AudioFormat.MULAW: (1, b"\xff"), AudioFor
 """Formats a socket streams: bytes per sample and the silence byte that pads a fixed frame."""
 
 _MAX_BUFFER_CHARS = 20_000
-"""Unspoken text one connection may hold (a client that never flushes gets an error, not OOM)."""
+"""Unspoken text one connection may hold, buffered and queued (beyond: an error, not unbounded memory)."""
+_MAX_MARKS = 1000
+"""Marks one connection may have waiting."""
+_MAX_MARK_NAME = 256
+"""Longest mark name (characters of its JSON form)."""
+_STALL_S = 10.0
+"""A client that leaves its audio unread this long (the socket's buffers full) is disconnected."""
 
 
 @dataclass
 class _Segment:
     text: str
     epoch: int
+    config: dict[str, Any]
+    framer: _Framer
 
 
 @dataclass
@@ -110,8 +118,13 @@ class SpeechSocket:
         self.epoch = 0
         self.segments = 0
         self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
+        self.queued_chars = 0
+        self.marks = 0
         self.current: ServiceStream | None = None
+        self._out = self.framer  # the framer of the audio being sent (a config changes it in order)
         self._send_lock = asyncio.Lock()
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def send(self, event: dict[str, Any] | bytes) -> None:
         async with self._send_lock:
@@ -121,14 +134,18 @@ class SpeechSocket:
                 await self.ws.send_text(json.dumps(event, separators=(",", ":")))
 
     async def run(self) -> None:
+        """Serve the connection until ``close`` (after the audio), a disconnect or a stall."""
+        self._task = asyncio.current_task()
         speaker = asyncio.create_task(self._speak())
         closed = False
-        with contextlib.suppress(WebSocketDisconnect):
-            closed = await self._receive()
-        if not closed:  # the client went away: stop speaking now
-            self.epoch += 1
-            self._stop_current()
-            speaker.cancel()
+        try:
+            with contextlib.suppress(WebSocketDisconnect):
+                closed = await self._receive()
+        finally:
+            if not closed:  # the client went away (or stopped reading): stop speaking now
+                self.epoch += 1
+                self._stop_current()
+                speaker.cancel()
         with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError):
             await speaker
 
@@ -168,24 +185,30 @@ class SpeechSocket:
                 raise InvalidRequest("text must be a string", field="text")
             if self.config is None:
                 raise InvalidRequest("send a config message before text", field="type")
-            if len(self.buffer) + len(text) > _MAX_BUFFER_CHARS:
+            if len(self.buffer) + self.queued_chars + len(text) > _MAX_BUFFER_CHARS:
                 raise InvalidRequest(
-                    f"more than {_MAX_BUFFER_CHARS} characters unspoken; flush", field="text"
+                    f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
             self.buffer += text
             await self._queue_sentences(final=False)
         elif kind == "flush":
             await self._queue_sentences(final=True)
         elif kind == "mark":  # the text before it is spoken first, whole sentence or not
+            name = msg.get("name")
+            if len(json.dumps(name)) > _MAX_MARK_NAME:
+                raise InvalidRequest(f"a mark name is at most {_MAX_MARK_NAME} characters", field="name")
+            if self.marks >= _MAX_MARKS:
+                raise InvalidRequest(f"more than {_MAX_MARKS} marks waiting", field="type")
             await self._queue_sentences(final=True)
-            await self.queue.put(_Mark(msg.get("name"), self.epoch))
+            self.marks += 1
+            await self.queue.put(_Mark(name, self.epoch))
         elif kind in ("clear", "cancel"):
             self.epoch += 1
             self.buffer = ""
             while not self.queue.empty():
-                self.queue.get_nowait()
+                self._took(self.queue.get_nowait())
             self._stop_current()
-            self.framer.drop()
+            self._out.drop()
             await self.send({"type": "cleared"})
         elif kind == "close":
             await self._queue_sentences(final=True)
@@ -228,45 +251,79 @@ class SpeechSocket:
             pieces = pieces[:-1]
         else:
             self.buffer = ""
+        assert self.config is not None or not pieces
         for piece in pieces:
-            await self.queue.put(_Segment(piece, self.epoch))
+            self.queued_chars += len(piece)
+            await self.queue.put(_Segment(piece, self.epoch, dict(self.config or {}), self.framer))
+
+    def _took(self, item: _Segment | _Mark | None) -> None:
+        """An item left the queue: what it held no longer counts against the limits."""
+        if isinstance(item, _Segment):
+            self.queued_chars -= len(item.text)
+        elif isinstance(item, _Mark):
+            self.marks -= 1
 
     def _stop_current(self) -> None:
         if self.current is not None:
             self.current.cancel()
 
     # -- speaking --------------------------------------------------------------------------------
+    async def _flush_frames(self) -> None:
+        """The partial frame left of the audio sent so far, padded (fixed framing only)."""
+        for frame in self._out.finish():
+            await self.send(frame)
+
     async def _speak(self) -> None:
         while True:
             item = await self.queue.get()
+            self._took(item)
             if item is None:
-                for frame in self.framer.finish():
-                    await self.send(frame)
+                await self._flush_frames()
                 await self.send({"type": "closed", "segments": self.segments})
                 await self.ws.close()
                 return
             if item.epoch != self.epoch:
                 continue  # cleared while queued
             if isinstance(item, _Mark):
+                await self._flush_frames()  # all audio before the mark, its last frame included
                 await self.send({"type": "mark", "name": item.name})
                 continue
-            await self._segment(item)
+            if item.framer is not self._out:  # a new config: the old framing ends first
+                await self._flush_frames()
+                self._out = item.framer
+            try:
+                await self._segment(item)
+            except (asyncio.CancelledError, WebSocketDisconnect):
+                raise
+            except Exception as e:  # reported; the connection goes on
+                log.exception("websocket sentence failed")
+                await self.send({**_err(e), "segment": self.segments - 1})
             if self.queue.empty() and item.epoch == self.epoch:
-                for frame in self.framer.finish():  # idle: the utterance's last frame goes out now
-                    await self.send(frame)
+                await self._flush_frames()  # idle: the utterance's last frame goes out now
+
+    def _stalled(self, stream: ServiceStream) -> None:
+        """On the pump's thread: the client stopped reading. Stop the sentence and the connection."""
+        stream.cancel()
+        task, loop = self._task, self._loop
+        if task is not None and loop is not None:
+            loop.call_soon_threadsafe(task.cancel)
 
     async def _segment(self, item: _Segment) -> None:
-        assert self.config is not None
         segment = self.segments
         self.segments += 1
         try:
-            stream = self.service.synthesize({**self.config, "text": item.text}, entry="websocket")
+            stream = self.service.synthesize({**item.config, "text": item.text}, entry="websocket")
         except VoxcastError as e:
             await self.send({**_err(e), "segment": segment})
             return
         self.current = stream
+        self._loop = asyncio.get_running_loop()
         pump: ThreadPump[EncodedChunk] = ThreadPump(
-            stream, maxsize=self.queue_chunks, name=f"voxcast-ws-{stream.request_id[:12]}"
+            stream,
+            maxsize=self.queue_chunks,
+            name=f"voxcast-ws-{stream.request_id[:12]}",
+            stall_s=_STALL_S,
+            on_stall=lambda: self._stalled(stream),
         ).start()
         try:
             await self.send(
@@ -280,7 +337,7 @@ class SpeechSocket:
             async for chunk in pump:
                 if item.epoch != self.epoch:
                     break
-                frames = self.framer.feed(chunk.data)
+                frames = self._out.feed(chunk.data)
                 await self.send(
                     {
                         "type": "chunk",
