@@ -278,3 +278,15 @@ def test_a_loading_process_reports_loading_then_warming_then_ready(
         assert value(scrape_text(service.metrics.exposition()), "voxcast_warmup_seconds") > 0
     finally:
         service.close()
+
+
+def test_a_cache_hit_reports_the_duration_of_its_audio(service: Service) -> None:
+    req = {"text": "Cached words.", "voice": "ryan", "seed": 21, "max_frames": 5}
+    first = service.synthesize(req)
+    list(first)
+    hit = service.synthesize(req)
+    list(hit)
+    assert first.result is not None and hit.result is not None
+    assert hit.result.timing.cache_hit and not first.result.timing.cache_hit
+    assert hit.result.timing.audio_s == pytest.approx(first.result.timing.audio_s) == pytest.approx(0.4)
+    assert hit.result.duration_s == pytest.approx(0.4)
