@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import codecs
 import json
 import os
 import sys
@@ -36,8 +37,17 @@ _EXTENSIONS = {
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("synth", help="synthesize one text to a file and print the timing")
-    p.add_argument("text", help="text to speak")
-    p.add_argument("--out", required=True, help="output file; the extension picks the format")
+    p.add_argument("text", nargs="?", help="text to speak (or --stdin)")
+    p.add_argument(
+        "--stdin",
+        action="store_true",
+        help="read the text from standard input as it arrives and speak each sentence as soon as it "
+        "is complete, appending its audio to --out (wav, pcm, mulaw, alaw; --out - writes raw audio "
+        "to standard output, e.g. piped into a player)",
+    )
+    p.add_argument(
+        "--out", required=True, help="output file; the extension picks the format ('-' with --stdin: stdout)"
+    )
     p.add_argument("--model", help="checkpoint directory or hub id (default: VOXCAST_MODEL)")
     p.add_argument("--voice", help="named speaker (CustomVoice) or registered voice id")
     p.add_argument("--ref-audio", type=Path, help="reference audio file for cloning (Base models)")
@@ -77,6 +87,60 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+_STDIN_FORMATS = (AudioFormat.WAV, AudioFormat.PCM, AudioFormat.MULAW, AudioFormat.ALAW)
+
+
+def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> int:
+    """``--stdin``: every sentence spoken as soon as the text after it arrives, its audio appended
+    to the output as it is generated; one JSON line per sentence on stderr, a summary on stdout."""
+    from voxcast.audio.wav import WavCodec, finalize_stream, stream_header
+    from voxcast.text.incremental import SentenceBuffer
+
+    fields = _request(args, AudioFormat.PCM if fmt == AudioFormat.WAV else fmt)
+    fields.pop("text")
+    to_stdout = args.out == "-"
+    sink = sys.stdout.buffer if to_stdout else open(args.out, "wb")  # noqa: SIM115 (closed below)
+    report = sys.stderr
+    t0 = time.perf_counter()
+    sentences: list[dict[str, Any]] = []
+    try:
+        if fmt == AudioFormat.WAV:
+            sink.write(stream_header(WavCodec.PCM16, args.sample_rate))
+
+        def speak(text: str) -> None:
+            stream = service.synthesize({**fields, "text": text}, store=False, entry="cli")
+            for chunk in stream:
+                sink.write(chunk.data)
+                sink.flush()
+            t = stream.result.timing
+            line = {"sentence": len(sentences), "chars": len(text), "ttfa_ms": round(t.ttfa_ms, 1)}
+            line |= {"frames": t.frames, "audio_s": round(t.audio_s, 3), "finish_reason": t.finish_reason}
+            sentences.append(line)
+            print(json.dumps(line), file=report, flush=True)
+
+        buffer, decoder = SentenceBuffer(), codecs.getincrementaldecoder("utf-8")("replace")
+        fd = sys.stdin.fileno()
+        while data := os.read(fd, 4096):  # whatever has arrived, not whole lines
+            for sentence in buffer.push(decoder.decode(data)):
+                speak(sentence)
+        for sentence in buffer.push(decoder.decode(b"", final=True)) + buffer.flush():
+            speak(sentence)
+    finally:
+        if not to_stdout:
+            sink.close()
+    if fmt == AudioFormat.WAV and not to_stdout:
+        path = Path(args.out)
+        path.write_bytes(finalize_stream(path.read_bytes()))  # the true sizes in the header
+    summary = {
+        "out": args.out,
+        "sentences": len(sentences),
+        "audio_s": round(sum(s["audio_s"] for s in sentences), 3),
+        "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
+    }
+    print(json.dumps(summary), file=report if to_stdout else sys.stdout)
+    return 0
+
+
 def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
     req: dict[str, Any] = {
         "text": args.text,
@@ -99,10 +163,25 @@ def run(args: argparse.Namespace) -> int:
     from voxcast.engine.request import parse_request
     from voxcast.service import Service, ServiceConfig
 
+    if (args.text is None) == (not args.stdin):
+        raise CommandError("give the text, or --stdin to read it as it arrives (not both)", code=2)
     out = Path(args.out)
     fmt = AudioFormat(args.format) if args.format else _EXTENSIONS.get(out.suffix.lower())
+    if fmt is None and args.stdin and args.out == "-":
+        fmt = AudioFormat.PCM
     if fmt is None:
         raise CommandError(f"cannot tell the format from {out.suffix!r}; use --format", code=2)
+    if args.stdin:
+        if fmt not in _STDIN_FORMATS:
+            raise CommandError("--stdin writes wav, pcm, mulaw or alaw (audio that can be appended)", code=2)
+        if args.out == "-" and fmt == AudioFormat.WAV:
+            raise CommandError("--out - writes raw audio: use --format pcm, mulaw or alaw", code=2)
+        parse_request({**_request(args, fmt), "text": "x"})  # bad arguments fail before loading
+        service = Service.load(ServiceConfig.from_env(_env(args)))
+        try:
+            return _speak_stdin(args, fmt, service)
+        finally:
+            service.close()
     request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
     service = Service.load(ServiceConfig.from_env(_env(args)))
     try:

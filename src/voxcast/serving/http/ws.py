@@ -42,7 +42,7 @@ from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.http.errors import error_body, error_for
 from voxcast.serving.pump import ThreadPump
-from voxcast.text.split import split_sentences
+from voxcast.text.incremental import SentenceBuffer
 
 __all__ = ["SpeechSocket"]
 
@@ -114,7 +114,7 @@ class SpeechSocket:
         self.queue_chunks = queue_chunks
         self.config: dict[str, Any] | None = None
         self.framer = _Framer(0, b"")
-        self.buffer = ""
+        self.buffer = SentenceBuffer()
         self.epoch = 0
         self.segments = 0
         self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
@@ -189,8 +189,7 @@ class SpeechSocket:
                 raise InvalidRequest(
                     f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
-            self.buffer += text
-            await self._queue_sentences(final=False)
+            await self._queue_sentences(final=False, delta=text)
         elif kind == "flush":
             await self._queue_sentences(final=True)
         elif kind == "mark":  # the text before it is spoken first, whole sentence or not
@@ -204,7 +203,7 @@ class SpeechSocket:
             await self.queue.put(_Mark(name, self.epoch))
         elif kind in ("clear", "cancel"):
             self.epoch += 1
-            self.buffer = ""
+            self.buffer.clear()
             while not self.queue.empty():
                 self._took(self.queue.get_nowait())
             self._stop_current()
@@ -238,19 +237,8 @@ class SpeechSocket:
         self.framer = _Framer(size, silence)
         self.config = fields
 
-    async def _queue_sentences(self, final: bool) -> None:
-        pieces = split_sentences(self.buffer)
-        if not final:
-            # the last piece may still grow; the text after a complete sentence has started
-            if len(pieces) < 2:
-                return
-            start = self.buffer.rfind(pieces[-1])
-            if start < 0:  # the splitter rewrote the last piece: wait for a flush
-                return
-            self.buffer = self.buffer[start:]
-            pieces = pieces[:-1]
-        else:
-            self.buffer = ""
+    async def _queue_sentences(self, final: bool, delta: str = "") -> None:
+        pieces = self.buffer.flush() if final else self.buffer.push(delta)
         assert self.config is not None or not pieces
         for piece in pieces:
             self.queued_chars += len(piece)

@@ -1,0 +1,97 @@
+"""``voxcast synth --stdin``: text piped in as it arrives, each sentence spoken once complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+Factory = Callable[[str], Path]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cmd(model: Path, out: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "voxcast.serving.cli.main", "synth", "--stdin", "--out", out,
+        "--model", str(model), "--voice", "ryan", "--seed", "3", "--max-frames", "4", "--device", "cpu", *extra,
+    ]  # fmt: skip
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "VOXCAST_STORAGE_DIR": str(tmp_path / "store"), "HF_HUB_OFFLINE": "1"}
+
+
+def test_sentences_are_spoken_as_the_text_arrives(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    out = tmp_path / "out.wav"
+    proc = subprocess.Popen(
+        _cmd(tiny_model_dir("custom_voice"), str(out)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=REPO,
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"Hello there. How are")
+    proc.stdin.flush()
+    # the first sentence is spoken while the rest has not been written yet
+    while True:
+        line = proc.stderr.readline()
+        assert line, "the process ended before speaking"
+        if line.startswith(b"{"):
+            first = json.loads(line)
+            break
+    assert first["sentence"] == 0 and first["chars"] == len("Hello there.") and first["frames"] == 4
+    proc.stdin.write(b" you? Fine, thanks" + "。".encode()[:2])  # a split multi-byte character
+    proc.stdin.flush()
+    stdout, stderr = proc.communicate(input="。".encode()[2:], timeout=120)  # the rest, then EOF
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    later = [json.loads(x) for x in stderr.splitlines() if x.startswith(b"{")]
+    assert [s["chars"] for s in later] == [len("How are you?"), len("Fine, thanks。")]
+    assert json.loads(stdout)["sentences"] == 3
+    audio, rate = sf.read(out, dtype="int16")  # a proper WAV file: sizes filled in at the end
+    assert rate == 24000 and len(audio) == 3 * 4 * 1920
+
+
+def test_raw_audio_to_stdout(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    done = subprocess.run(
+        _cmd(tiny_model_dir("custom_voice"), "-", "--format", "mulaw", "--sample-rate", "8000"),
+        input=b"One. Two.",
+        capture_output=True,
+        env=_env(tmp_path),
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len(done.stdout) == 2 * 4 * 640  # two sentences of 4 frames, 8 kHz mu-law
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--format", "mp3"), "--stdin writes"),
+        (("--format", "wav"), "--out - writes raw audio"),
+    ],
+)
+def test_stdin_mode_refuses_what_it_cannot_append(
+    tiny_model_dir: Factory, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    done = subprocess.run(
+        _cmd(tiny_model_dir("custom_voice"), "-", *args), input=b"Hi.", capture_output=True, env=_env(tmp_path),
+        cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr.decode()
+
+
+def test_text_and_stdin_together_are_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "voxcast.serving.cli.main", "synth", "Hi.", "--stdin", "--out", str(tmp_path / "x.wav")],
+        capture_output=True, env=_env(tmp_path), cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "not both" in done.stderr.decode()
