@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from voxcast.envvars import env_bool, env_int, env_str
+from voxcast.envvars import env_bool, env_float, env_int, env_str
 
 __all__ = ["EngineConfig", "max_frames_for_text"]
 
@@ -123,6 +123,10 @@ class EngineConfig:
             each piece has its own frame limit and runaway guard, and the next piece is prefilled
             while the current one plays (``VOXCAST_PIECE_CHARS``, 400; 0 = never split, so a text
             is cut off at ``max_frames_cap``).
+        idle_unload_s: after this long with no stream active or waiting and no voice being built,
+            the engine releases its weights and caches (on CUDA, the allocator's cache too) and the
+            next request loads and warms it again, once, however many arrive together
+            (``VOXCAST_IDLE_UNLOAD_S``, 0 = never: a GPU shared with other services).
         burst_admit: while no admitted stream has produced a frame yet, admit every waiting request
             and prefill it whole, so that requests arriving together start together
             (``VOXCAST_BURST_ADMIT``, on); off, they are admitted one per round like later arrivals.
@@ -148,6 +152,7 @@ class EngineConfig:
     prefill_chunk: int = 16
     burst_admit: bool = True
     piece_chars: int = DEFAULT_PIECE_CHARS
+    idle_unload_s: float = 0.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
 
@@ -170,6 +175,8 @@ class EngineConfig:
             )
         if self.prefill_chunk < 0:
             raise ValueError("prefill_chunk must be >= 0")
+        if self.idle_unload_s < 0:
+            raise ValueError(f"VOXCAST_IDLE_UNLOAD_S must be >= 0 (0 = never), not {self.idle_unload_s}")
         if self.piece_chars != 0 and self.piece_chars < 20:
             raise ValueError(f"VOXCAST_PIECE_CHARS must be 0 (off) or >= 20, not {self.piece_chars}")
         if isinstance(self.decode_thread, bool):  # EngineConfig(decode_thread=True) as before
@@ -207,6 +214,7 @@ class EngineConfig:
             prefill_chunk=env_int(env, "VOXCAST_PREFILL_CHUNK", d.prefill_chunk),
             burst_admit=env_bool(env, "VOXCAST_BURST_ADMIT", d.burst_admit),
             piece_chars=env_int(env, "VOXCAST_PIECE_CHARS", d.piece_chars),
+            idle_unload_s=env_float(env, "VOXCAST_IDLE_UNLOAD_S", d.idle_unload_s, lo=0.0),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
         )

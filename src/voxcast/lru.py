@@ -57,6 +57,12 @@ class ByteLRU(Generic[V]):
         with self._lock:
             self._pop(key)
 
+    def clear(self) -> None:
+        """Remove everything."""
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
     def _pop(self, key: str) -> None:
         item = self._items.pop(key, None)
         if item is not None:

@@ -35,7 +35,7 @@ __all__ = ["CONTENT_TYPE", "STATES", "Metrics", "outcome"]
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-STATES = ("loading", "warming", "ready", "failed", "draining")
+STATES = ("loading", "warming", "ready", "unloaded", "failed", "draining")
 
 _SECONDS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 _LONG = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -61,6 +61,10 @@ class _EngineCollector(Collector):
         engine = m.engine
         if engine is None:
             return
+        yield CounterMetricFamily(
+            "voxcast_engine_loads", "model loads (1 + reloads after idle unloads)", value=engine.loads
+        )
+        yield CounterMetricFamily("voxcast_engine_unloads", "idle unloads", value=engine.unloads)
         stats = engine.stats()
         for name, key, text in (
             ("streams_active", "active", "streams generating frames"),

@@ -245,6 +245,7 @@ class Service:
         self.config = config
         self.metrics = metrics or Metrics()
         self.metrics.attach(engine, engine.identity)
+        engine.on_phase = self._engine_phase
         self.engine = engine
         self.store = store
         self.voices = voices
@@ -289,6 +290,12 @@ class Service:
             persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
         return cls(config, engine, store, voices, AudioCache(store), metrics)
+
+    def _engine_phase(self, phase: str) -> None:
+        """The engine's idle unload and reload: report the phase; an unload drops the voice prompts."""
+        if phase == "unloaded":
+            self.voices.drop_cached()
+        self.metrics.phase = phase
 
     def close(self) -> None:
         self.store_guard.close()

@@ -16,12 +16,14 @@ after its last chunk was decoded and delivered.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import gc
 import logging
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.active import Active, fill_final_timing, next_chunk_frames
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
-from voxcast.engine.memory import trim_heap
+from voxcast.engine.memory import rss_mb, trim_heap
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_request
 from voxcast.engine.runtime_info import runtime_choices
@@ -75,9 +77,38 @@ def _close_at_exit(ref: weakref.ref[Engine]) -> None:
 class Engine:
     """A warmed model plus its scheduler thread. Thread-safe: call ``synthesize`` from anywhere."""
 
-    def __init__(self, model: TTSModel, config: EngineConfig, *, load_ms: float = 0.0) -> None:
-        self.model = model
+    def __init__(
+        self,
+        model: TTSModel,
+        config: EngineConfig,
+        *,
+        load_ms: float = 0.0,
+        options: LoadOptions | None = None,
+    ) -> None:
+        self._model: TTSModel | None = model
         self.config = config
+        #: How the model was loaded (to load it again after an idle unload).
+        self.options = options
+        #: The checkpoint's constants, kept while the weights are unloaded.
+        self._info = (
+            str(model.model_type),
+            str(model.identity),
+            int(model.sample_rate),
+            tuple(model.speakers),
+            bool(model.clones_voices),
+        )
+        #: Idle unload (``config.idle_unload_s``): the lock under which the model is (re)loaded and
+        #: released, the calls using it off the scheduler thread, the last activity, and hooks.
+        self._load_lock = threading.RLock()
+        self._users_lock = threading.Lock()  # guards ``model`` going away, ``_users`` and queueing
+        self._users = 0
+        self._last_active = time.monotonic()
+        self.loads = 1
+        self.unloads = 0
+        #: RSS before/after the last unload (MB), and what the last reload took.
+        self.last_unload: dict[str, float] | None = None
+        self.on_phase: Callable[[str], None] | None = None
+        """Called with ``loading``, ``warming``, ``ready`` or ``unloaded`` around an idle unload/reload."""
         self.load_ms = load_ms
         self.warmup_ms = 0.0
         self.warmed = False
@@ -129,7 +160,7 @@ class Engine:
         # see voxcast.engine.threads: no lasting OpenMP team on this thread
         model = on_fresh_thread(lambda: load_model(config.model, options))
         load_ms = (time.perf_counter() - t0) * 1000
-        engine = cls(model, config, load_ms=load_ms)
+        engine = cls(model, config, load_ms=load_ms, options=options)
         engine.precision = precision
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
         if config.warmup:
@@ -142,29 +173,137 @@ class Engine:
 
     @property
     def model_type(self) -> str:
-        return str(self.model.model_type)
+        return self._info[0]
 
     @property
     def identity(self) -> str:
-        return str(self.model.identity)
+        return self._info[1]
 
     @property
     def sample_rate(self) -> int:
-        return int(self.model.sample_rate)
+        return self._info[2]
 
     @property
     def speakers(self) -> tuple[str, ...]:
         """The model's named speakers (lower case; empty where it has none)."""
-        return tuple(self.model.speakers)
+        return self._info[3]
 
     @property
     def clones_voices(self) -> bool:
         """Whether the model builds voices from reference audio."""
-        return self.model.clones_voices
+        return self._info[4]
+
+    @property
+    def loaded(self) -> bool:
+        """False while the weights are released after an idle unload."""
+        return self._model is not None
+
+    @property
+    def model(self) -> TTSModel:
+        """The loaded model.
+
+        Raises:
+            EngineUnavailable: it is unloaded (idle); the next request loads it again.
+        """
+        model = self._model
+        if model is None:
+            raise EngineUnavailable("the model is unloaded while idle; the next request loads it again")
+        return model
 
     def load_voice(self, data: bytes) -> Any:
         """A stored voice (its ``to_bytes``), checked to belong to this model, primed for use."""
-        return self.prime_voice(self.model.voice_from_bytes(data))
+        with self._using() as model:
+            return self.prime_voice(model.voice_from_bytes(data))
+
+    # -- idle unload -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[TTSModel]:
+        """The model, loaded again first if it was unloaded, kept loaded until the block ends."""
+        model, _ = self._hold(lambda: None)
+        try:
+            yield model
+        finally:
+            with self._users_lock:
+                self._users -= 1
+                self._last_active = time.monotonic()
+
+    def _hold(self, then: Callable[[], None]) -> tuple[TTSModel, bool]:
+        """Count one more user of the loaded model (loading it again first if it was unloaded) and
+        run ``then`` while an unload cannot happen. Returns the model and whether this call found
+        it unloaded (and so waited for a load: a cold request)."""
+        cold = False
+        while True:
+            with self._users_lock:
+                model = self._model
+                if model is not None:
+                    self._users += 1
+                    self._last_active = time.monotonic()
+                    then()
+                    return model, cold
+            cold = True
+            with self._load_lock:  # not loaded: load it (once; others arriving wait here)
+                self._ensure_loaded()
+
+    def _ensure_loaded(self) -> bool:
+        """Load and warm the model again if it was unloaded (under ``_load_lock``: once, however
+        many callers arrive together; they wait for it). True when this call (re)loaded it."""
+        if self._model is not None:
+            return False
+        assert self.options is not None, "an engine built without load options cannot reload"
+        options = self.options
+        self._phase("loading")
+        t0 = time.perf_counter()
+        self._model = on_fresh_thread(lambda: load_model(self.config.model, options))
+        self.load_ms = (time.perf_counter() - t0) * 1000
+        self.loads += 1
+        self.warmed = False
+        log.info("reloaded %s in %.0f ms after an idle unload", self.config.model, self.load_ms)
+        if self.config.warmup:
+            self._phase("warming")
+            self.warmup()  # trims the heap at its end
+        else:
+            self.warmup_ms = 0.0
+            self.heap_trim = trim_heap()  # what loading freed but the allocator kept
+        self._last_active = time.monotonic()
+        self._phase("ready")
+        return True
+
+    def _phase(self, phase: str) -> None:
+        if self.on_phase is not None:
+            try:
+                self.on_phase(phase)
+            except Exception:
+                log.exception("phase hook failed")
+
+    def _maybe_unload(self) -> None:
+        """On the scheduler thread: release the model after ``idle_unload_s`` without activity."""
+        idle_s = self.config.idle_unload_s
+        if not idle_s or self._model is None or self._active or self._prefilling or self._ahead:
+            return
+        if time.monotonic() - self._last_active < idle_s:
+            return
+        if not self._load_lock.acquire(blocking=False):  # a (re)load is under way
+            return
+        try:
+            with self._users_lock:
+                if self._users or not self._pending.empty() or self._model is None:
+                    return
+                rss = rss_mb()
+                self._model = None  # from here on, users load it again
+            self._unload(rss)
+        finally:
+            self._load_lock.release()
+
+    def _unload(self, rss_loaded_mb: float | None) -> None:
+        device = str(self.options.device) if self.options is not None else "cpu"
+        self._phase("unloaded")  # hooks drop what they hold of the model (voice prompts)
+        gc.collect()
+        if device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self.last_unload = {"rss_loaded_mb": rss_loaded_mb or 0.0, **(trim_heap() or {})}
+        self.unloads += 1
+        self.warmed = False
+        log.info("idle for %.1f s: model unloaded (%s)", self.config.idle_unload_s, self.last_unload)
 
     @property
     def decode_threaded(self) -> bool:
@@ -211,17 +350,18 @@ class Engine:
             prefix: also compute its prompt prefix (a request that brings its own reference audio
                 skips that: its one-pass prefill computes the prefix anyway, at no extra cost).
         """
-        if not self.model.clones_voices:
+        if not self.clones_voices:
             raise InvalidRequest(
                 f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
             )
         pcm = load_reference_audio(audio)
-        return on_fresh_thread(
-            lambda: self._primed(
-                self.model.make_voice(pcm, self.sample_rate, ref_text, x_vector_only or ref_text is None),
-                prefix,
+        with self._using() as model:
+            return on_fresh_thread(
+                lambda: self._primed(
+                    model.make_voice(pcm, self.sample_rate, ref_text, x_vector_only or ref_text is None),
+                    prefix,
+                )
             )
-        )
 
     def prime_voice(self, voice: Any, *, prefix: bool = True) -> Any:
         """Prepare ``voice``'s per-voice state now (off this thread), not in its first request: its
@@ -231,7 +371,8 @@ class Engine:
         :meth:`create_voice` does it for the voices it builds; call it for a voice obtained otherwise
         (e.g. loaded from storage) before its first request. Returns ``voice``.
         """
-        return on_fresh_thread(lambda: self._primed(voice, prefix))
+        with self._using():
+            return on_fresh_thread(lambda: self._primed(voice, prefix))
 
     def _primed(self, voice: Any, prefix: bool = True) -> Any:
         return self.model.prime_voice(voice, prefix=prefix)
@@ -247,10 +388,17 @@ class Engine:
     def _submit(self, stream: SynthesisStream) -> None:
         if not self.alive:
             raise EngineUnavailable("the engine is not running")
+
+        def queue_it() -> None:  # under the users lock: an unload never happens in between
+            stream.timing.load_ms = self.load_ms
+            stream.timing.warmup_ms = self.warmup_ms
+            self._pending.put(stream)
+
         stream.timing.cold = not self.warmed
-        stream.timing.load_ms = self.load_ms
-        stream.timing.warmup_ms = self.warmup_ms
-        self._pending.put(stream)
+        _, cold = self._hold(queue_it)
+        with self._users_lock:
+            self._users -= 1  # the queued stream keeps the model loaded from here on
+        stream.timing.cold = stream.timing.cold or cold
 
     # -- warm-up ---------------------------------------------------------------------------------
     def warmup(self) -> float:
@@ -331,6 +479,7 @@ class Engine:
             with torch.inference_mode():
                 while not self._stopping.is_set():
                     self._admit()
+                    self._maybe_unload()
                     self._prefill_part()
                     self._advance_all()
         except BaseException:  # the thread must not die silently

@@ -399,6 +399,11 @@ class VoiceRegistry(Generic[P]):
         self.store.delete(meta_key)
         return existed
 
+    def drop_cached(self) -> None:
+        """Forget the voice prompts held in memory (the engine unloaded: they hold its tensors); the
+        store keeps every voice, and the next request of one loads it again."""
+        self._lru.clear()
+
     @property
     def cached_bytes(self) -> int:
         """Bytes held by the in-memory LRU."""

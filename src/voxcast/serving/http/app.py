@@ -96,7 +96,9 @@ class ServiceHolder:
 
     def get(self) -> Service:
         """The ready service; 503 (with ``Retry-After``) while it loads or after it failed."""
-        if self.service is None or self.state != "ready":
+        # once loaded, the service serves in every phase but these (an idle unload's reload is
+        # done by the first request, the others wait for it)
+        if self.service is None or self.state in ("failed", "draining"):
             message = {
                 "loading": "the model is loading",
                 "warming": "the model is warming up",
@@ -114,12 +116,13 @@ def _error_response(e: BaseException) -> JSONResponse:
 
 
 def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
-    """200 ready, 204 loading or warming (RunPod's convention), 503 failed or draining."""
-    if holder.state in ("loading", "warming"):
-        return Response(status_code=204)
+    """204 while the service first loads and warms (RunPod's convention), 503 failed or draining,
+    else 200 (also while idle-unloaded or reloading: a request is served, after the reload)."""
     if holder.state in ("failed", "draining"):
         return JSONResponse({"status": holder.state, "error": holder.error}, 503)
-    body: dict[str, Any] = {"status": "ready", "load_s": holder.load_s}
+    if holder.service is None:
+        return Response(status_code=204)
+    body: dict[str, Any] = {"status": holder.state, "load_s": holder.load_s}
     if holder.service is not None:
         body["model"] = holder.service.engine.identity
     if counters is not None:

@@ -1,0 +1,125 @@
+"""Idle unload (``idle_unload_s``): the weights go after a quiet spell, the next request loads them
+again (once, however many arrive together) and reports itself cold; a long stream is never unloaded
+under it; the service drops its voice prompts and reports the phase."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.errors import EngineUnavailable
+from voxcast.service import Service, ServiceConfig
+from voxcast.storage.local import LocalBlobStore
+
+Factory = Callable[[str], Path]
+
+
+def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def _say(engine: Engine, seed: int = 5, frames: int = 6) -> tuple[np.ndarray, Any]:
+    stream = engine.synthesize({"text": "Hello there.", "voice": "ryan", "seed": seed, "max_frames": frames})
+    pcm = np.concatenate([c.pcm for c in stream])
+    return pcm, stream.timing
+
+
+def test_unload_after_idle_then_reload_cold_with_the_same_audio(tiny_model_dir: Factory) -> None:
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=0.3)
+    )
+    phases: list[str] = []
+    engine.on_phase = phases.append
+    try:
+        first, _ = _say(engine)
+        _wait(lambda: engine.unloads == 1)
+        assert not engine.loaded and phases == ["unloaded"]
+        assert engine.last_unload is not None and engine.last_unload["rss_loaded_mb"] > 0
+        with pytest.raises(EngineUnavailable, match="unloaded"):
+            _ = engine.model
+        assert engine.identity and engine.speakers  # constants stay known while unloaded
+        again, t2 = _say(engine)
+        assert t2.cold and t2.load_ms > 0 and engine.loads == 2 and engine.loaded
+        assert phases == ["unloaded", "loading", "ready"]
+        assert np.array_equal(first, again)  # the same weights, the same seed: the same audio
+    finally:
+        engine.close()
+
+
+def test_requests_arriving_together_after_an_unload_load_it_once(tiny_model_dir: Factory) -> None:
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=0.3)
+    )
+    try:
+        _say(engine)
+        _wait(lambda: engine.unloads == 1)
+        results: list[Any] = [None] * 4
+        barrier = threading.Barrier(4)
+
+        def one(i: int) -> None:
+            barrier.wait()
+            results[i] = _say(engine, seed=i)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert engine.loads == 2  # one reload for the four
+        assert all(r is not None and r[1].cold and r[1].frames == 6 for r in results)
+    finally:
+        engine.close()
+
+
+def test_a_long_stream_is_never_unloaded_under_it(tiny_model_dir: Factory) -> None:
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=1.0)
+    )
+    try:
+        stream = engine.synthesize({"text": "Hello there.", "voice": "ryan", "seed": 1, "max_frames": 400})
+        t0 = time.monotonic()
+        frames = sum(c.frames for c in stream)
+        took = time.monotonic() - t0
+        assert frames == 400 and stream.timing.finish_reason == "max_frames"
+        assert engine.unloads == 0 and engine.loaded
+        assert took > 1.0, "the stream must outlast the idle limit for this test to mean anything"
+    finally:
+        engine.close()
+
+
+def test_the_service_reports_the_phases_and_drops_voice_prompts(
+    tiny_model_dir: Factory, tmp_path: Path
+) -> None:
+    from tests.fixtures.engines import reference_wav
+
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("base")), device="cpu", warmup=False, idle_unload_s=0.3)
+    )
+    service = Service.assemble(
+        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path / "s", fsync=False)
+    )
+    try:
+        voice = service.register_voice(reference_wav(24000, 2.0), ref_text="A test voice.")
+        assert service.voices.cached_bytes > 0
+        _wait(lambda: service.metrics.phase == "unloaded")
+        assert service.voices.cached_bytes == 0 and not engine.loaded
+        stream = service.synthesize(
+            {"text": "Hi.", "voice": voice, "max_frames": 3, "response_format": "pcm"}
+        )
+        audio = b"".join(c.data for c in stream)
+        assert len(audio) == 3 * 3840
+        assert stream.result is not None and stream.result.timing.cold
+        assert service.metrics.phase == "ready" and engine.loads == 2
+    finally:
+        service.close()
