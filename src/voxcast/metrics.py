@@ -54,7 +54,7 @@ class _EngineCollector(Collector):
         state = GaugeMetricFamily(
             "voxcast_engine_state", "1 for the engine's current state", labels=["state"]
         )
-        current = m.state()
+        current = m.phase
         for s in STATES:
             state.add_metric([s], 1.0 if s == current else 0.0)
         yield state
@@ -131,9 +131,6 @@ class Metrics:
             "voxcast_storage_errors", "failed store calls on a request's path", registry=r
         )
         r.register(_EngineCollector(self))
-
-    def state(self) -> str:
-        return self.phase
 
     def attach(self, engine: Any, model: str) -> None:
         """The engine whose gauges are read at scrape time, and the ``model`` label; ``ready``."""

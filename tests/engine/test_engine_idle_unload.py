@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.fixtures.polling import wait_until
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.errors import EngineUnavailable
@@ -23,13 +24,6 @@ from voxcast.service import Service, ServiceConfig
 from voxcast.storage.local import LocalBlobStore
 
 Factory = Callable[[str], Path]
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def _say(engine: Engine, seed: int = 5, frames: int = 6) -> tuple[np.ndarray, Any]:
@@ -47,7 +41,7 @@ def test_unload_after_idle_then_reload_cold_with_the_same_audio(tiny_model_dir: 
     try:
         first, _ = _say(engine)
         unloads = engine.unloads  # the model is loaded now, and stays so for a second at least
-        _wait(lambda: engine.unloads == unloads + 1)
+        wait_until(lambda: engine.unloads == unloads + 1)
         assert not engine.loaded and phases[-1] == "unloaded"
         phases.clear()
         loads = engine.loads
@@ -69,7 +63,7 @@ def test_requests_arriving_together_after_an_unload_load_it_once(tiny_model_dir:
     )
     try:
         _say(engine)
-        _wait(lambda: not engine.loaded and engine.unloads >= 1)
+        wait_until(lambda: not engine.loaded and engine.unloads >= 1)
         loads = engine.loads
         results: list[Any] = [None] * 4
         barrier = threading.Barrier(4)
@@ -123,7 +117,7 @@ def test_the_service_reports_the_phases_and_drops_voice_prompts(
     try:
         voice = service.register_voice(reference_wav(24000, 2.0), ref_text="A test voice.")
         assert service.voices.cached_bytes > 0
-        _wait(lambda: service.metrics.phase == "unloaded")
+        wait_until(lambda: service.metrics.phase == "unloaded")
         assert service.voices.cached_bytes == 0 and not engine.loaded
         loads = engine.loads
         stream = service.synthesize(

@@ -9,7 +9,6 @@ import json
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +22,10 @@ import pytest
 import soundfile as sf
 
 from tests.fixtures.engines import reference_wav
-from tests.fixtures.http_server import running
+from tests.fixtures.http_server import Recorder, ended, loading_holder, running
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.service import Service, ServiceConfig, ServiceStream
+from voxcast.service import Service, ServiceConfig
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
 from voxcast.storage.local import LocalBlobStore
@@ -36,56 +35,11 @@ KEY = "sk-test-key"
 SAY = {"model": "tts", "input": "Hello there, how are you?", "voice": "ryan"}
 
 
-class Recorder:
-    """Keeps every ServiceStream the server opened (to check how each one ended)."""
-
-    def __init__(self, service: Service) -> None:
-        self.streams: list[ServiceStream] = []
-        self._service = service
-        self._inner = inner = service.synthesize
-
-        def synthesize(*a: Any, **kw: Any) -> ServiceStream:
-            stream = inner(*a, **kw)
-            self.streams.append(stream)
-            return stream
-
-        service.synthesize = synthesize  # type: ignore[method-assign]
-
-    def stream(self, index: int, timeout_s: float = 30.0) -> ServiceStream:
-        """The ``index``-th stream opened (waited for: the server opens it on its own thread)."""
-        deadline = time.monotonic() + timeout_s
-        while len(self.streams) <= index:
-            assert time.monotonic() < deadline, "the server never opened the stream"
-            time.sleep(0.02)
-        return self.streams[index]
-
-    def restore(self) -> None:
-        self._service.synthesize = self._inner  # type: ignore[method-assign]
-
-
-def _ended(stream: ServiceStream, timeout_s: float = 30.0) -> Any:
-    """The stream's result once its generation has ended (polled: the server's thread finishes it)."""
-    deadline = time.monotonic() + timeout_s
-    while stream.result is None:
-        assert time.monotonic() < deadline, "the stream never ended"
-        time.sleep(0.02)
-    return stream.result
-
-
 @pytest.fixture(scope="module")
-def cv_service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
-    store = LocalBlobStore(tmp_path_factory.mktemp("store"), fsync=False)
-    service = Service.assemble(ServiceConfig(), engine, store)
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
-def server(cv_service: Service) -> Iterator[tuple[str, Any, Recorder]]:
+def server(tiny_service: Service) -> Iterator[tuple[str, Any, Recorder]]:
     """(base URL, app, recorder) of a server with an API key on the tiny CustomVoice model."""
-    app = create_app(ServiceHolder(cv_service), HttpConfig(api_key=KEY, max_body_bytes=64 * 1024))
-    recorder = Recorder(cv_service)
+    app = create_app(ServiceHolder(tiny_service), HttpConfig(api_key=KEY, max_body_bytes=64 * 1024))
+    recorder = Recorder(tiny_service)
     with running(app) as url:
         yield url, app, recorder
 
@@ -107,7 +61,7 @@ def _sse_events(lines: Iterator[str]) -> list[dict[str, Any]]:
 
 
 # -- OpenAI SDK --------------------------------------------------------------------------------------
-def test_openai_sdk_streams_audio_equal_to_the_service(client: openai.OpenAI, cv_service: Service) -> None:
+def test_openai_sdk_streams_audio_equal_to_the_service(client: openai.OpenAI, tiny_service: Service) -> None:
     extra = {"seed": 3, "max_frames": 10, "cache": False}
     with client.audio.speech.with_streaming_response.create(
         **SAY, response_format="pcm", extra_body=extra
@@ -118,16 +72,16 @@ def test_openai_sdk_streams_audio_equal_to_the_service(client: openai.OpenAI, cv
         parts = list(response.iter_bytes())
     body = b"".join(parts)
     assert len(body) == 10 * 1920 * 2  # 10 frames of 24 kHz s16le
-    assert body == _direct(cv_service, response_format="pcm", **extra)
+    assert body == _direct(tiny_service, response_format="pcm", **extra)
 
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "opus", "mulaw"])
-def test_openai_sdk_every_format(client: openai.OpenAI, cv_service: Service, fmt: str) -> None:
+def test_openai_sdk_every_format(client: openai.OpenAI, tiny_service: Service, fmt: str) -> None:
     extra = {"seed": 5, "max_frames": 6, "cache": False}
     if fmt == "mulaw":
         extra["sample_rate"] = 8000
     audio = client.audio.speech.create(**SAY, response_format=fmt, extra_body=extra)  # type: ignore[arg-type]
-    direct = _direct(cv_service, response_format=fmt, **extra)
+    direct = _direct(tiny_service, response_format=fmt, **extra)
     if fmt == "opus":  # each Ogg stream gets a random serial number: compare the decoded audio
         assert audio.content[:4] == b"OggS"
         assert np.array_equal(sf.read(io.BytesIO(audio.content))[0], sf.read(io.BytesIO(direct))[0])
@@ -136,7 +90,7 @@ def test_openai_sdk_every_format(client: openai.OpenAI, cv_service: Service, fmt
 
 
 def test_openai_sdk_sse_deltas_and_done_with_usage_and_timing(
-    client: openai.OpenAI, cv_service: Service
+    client: openai.OpenAI, tiny_service: Service
 ) -> None:
     extra = {"seed": 7, "max_frames": 9, "cache": False}
     with client.audio.speech.with_streaming_response.create(
@@ -147,7 +101,7 @@ def test_openai_sdk_sse_deltas_and_done_with_usage_and_timing(
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
     assert len(deltas) >= 2 and events[-1]["type"] == "speech.audio.done"
     audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
-    assert audio == _direct(cv_service, response_format="pcm", **extra)
+    assert audio == _direct(tiny_service, response_format="pcm", **extra)
     done = events[-1]
     assert done["usage"]["output_tokens"] == 9 and done["usage"]["input_tokens"] == len(SAY["input"])
     assert done["timing"]["frames"] == 9 and done["timing"]["ttfa_ms"] > 0
@@ -163,8 +117,8 @@ def test_a_cache_hit_streams_the_same_file(client: openai.OpenAI) -> None:
     assert first[4:8] == b"\xff" * 4 and int.from_bytes(again[4:8], "little") == len(again) - 8
 
 
-def test_models_lists_the_loaded_model(client: openai.OpenAI, cv_service: Service) -> None:
-    assert [m.id for m in client.models.list()] == [cv_service.engine.identity]
+def test_models_lists_the_loaded_model(client: openai.OpenAI, tiny_service: Service) -> None:
+    assert [m.id for m in client.models.list()] == [tiny_service.engine.identity]
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -253,7 +207,7 @@ def test_a_client_that_disconnects_cancels_its_generation(server: tuple[str, Any
         assert r.status_code == 200
         next(r.iter_raw())  # the first audio, then hang up
     stream = recorder.stream(n)
-    result = _ended(stream)
+    result = ended(stream)
     assert result.timing.finish_reason == "cancelled"
     assert result.timing.frames < 3000
     deadline = time.monotonic() + 10
@@ -262,10 +216,10 @@ def test_a_client_that_disconnects_cancels_its_generation(server: tuple[str, Any
         time.sleep(0.02)
 
 
-def test_a_client_that_stops_reading_is_cancelled_and_counted(cv_service: Service) -> None:
+def test_a_client_that_stops_reading_is_cancelled_and_counted(tiny_service: Service) -> None:
     config = HttpConfig(queue_chunks=1, stall_s=0.3)
-    app = create_app(ServiceHolder(cv_service), config)
-    recorder = Recorder(cv_service)
+    app = create_app(ServiceHolder(tiny_service), config)
+    recorder = Recorder(tiny_service)
     try:
         with running(app) as url:
             port = int(url.rsplit(":", 1)[1])
@@ -281,7 +235,7 @@ def test_a_client_that_stops_reading_is_cancelled_and_counted(cv_service: Servic
                 + body
             )
             try:
-                result = _ended(recorder.stream(0), timeout_s=120)  # never read: the server gives up
+                result = ended(recorder.stream(0), timeout_s=120)  # never read: the server gives up
             finally:
                 sock.close()
             assert result.timing.finish_reason == "cancelled" and result.timing.frames < 8000
@@ -397,15 +351,8 @@ def test_voice_upload_on_a_model_that_cannot_clone_is_refused(server: tuple[str,
 
 
 # -- readiness ---------------------------------------------------------------------------------------
-def test_ping_is_204_while_loading_then_200_and_requests_wait_with_503(cv_service: Service) -> None:
-    release = threading.Event()
-    holder = ServiceHolder()
-
-    def load(metrics: Any) -> Service:
-        release.wait(30)
-        return cv_service
-
-    holder.load_in_background(load, on_failure=lambda e: None)
+def test_ping_is_204_while_loading_then_200_and_requests_wait_with_503(tiny_service: Service) -> None:
+    holder, release = loading_holder(tiny_service)
     with running(create_app(holder, HttpConfig())) as url:
         assert httpx.get(url + "/ping").status_code == 204
         busy = httpx.post(url + "/v1/audio/speech", json=SAY)

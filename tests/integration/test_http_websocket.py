@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,10 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.fixtures.http_server import running
-from voxcast.config import EngineConfig
-from voxcast.engine.engine import Engine
-from voxcast.service import Service, ServiceConfig, ServiceStream
+from tests.fixtures.http_server import Recorder, ended, running
+from voxcast.service import Service
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
-from voxcast.storage.local import LocalBlobStore
 from voxcast.text.split import split_sentences
 
 Factory = Callable[[str], Path]
@@ -28,32 +24,9 @@ KEY = "sk-ws"
 CONFIG = {"type": "config", "voice": "ryan", "seed": 5, "max_frames": 4, "cache": False}
 
 
-class Opened:
-    """Every ServiceStream the server opens."""
-
-    def __init__(self, service: Service) -> None:
-        self.streams: list[ServiceStream] = []
-        self._service, self._inner = service, service.synthesize
-
-        def synthesize(*a: Any, **kw: Any) -> ServiceStream:
-            stream = self._inner(*a, **kw)
-            self.streams.append(stream)
-            return stream
-
-        service.synthesize = synthesize  # type: ignore[method-assign]
-
-    def restore(self) -> None:
-        self._service.synthesize = self._inner  # type: ignore[method-assign]
-
-
 @pytest.fixture(scope="module")
-def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
-    svc = Service.assemble(
-        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
-    )
-    yield svc
-    svc.close()
+def service(tiny_service: Service) -> Service:
+    return tiny_service
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +121,7 @@ def test_marks_come_back_after_the_audio_before_them_and_several_utterances(url:
 
 
 def test_clear_stops_the_sentence_and_drops_queued_text(url: str, service: Service) -> None:
-    opened = Opened(service)
+    opened = Recorder(service)
     try:
         with _open(url) as ws:
             ws.send(json.dumps({**CONFIG, "max_frames": 3000}))
@@ -166,12 +139,8 @@ def test_clear_stops_the_sentence_and_drops_queued_text(url: str, service: Servi
         # nothing of the cleared speech after "cleared": the next message starts the new sentence
         assert rest[0]["type"] == "started" and rest[0]["chars"] == 4
         assert len(_events(rest, "started")) == 1 and rest[-1]["segments"] == 2
-        first = opened.streams[0]
-        deadline = time.monotonic() + 30
-        while first.result is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert first.result.timing.finish_reason == "cancelled" and first.result.timing.frames < 3000
+        first = ended(opened.streams[0])
+        assert first.timing.finish_reason == "cancelled" and first.timing.frames < 3000
         assert len(opened.streams) == 2  # the queued sentences were never started
     finally:
         opened.restore()
@@ -234,19 +203,15 @@ def test_auth_by_header_or_query_and_refused_without(url: str) -> None:
 
 
 def test_a_client_that_disconnects_mid_sentence_cancels_it(url: str, service: Service) -> None:
-    opened = Opened(service)
+    opened = Recorder(service)
     try:
         with _open(url) as ws:
             ws.send(json.dumps({**CONFIG, "max_frames": 3000}))
             ws.send(json.dumps({"type": "text", "text": "A long sentence that will not be heard."}))
             ws.send(json.dumps({"type": "flush"}))
             _read_until(ws, "chunk")
-        stream = opened.streams[0]
-        deadline = time.monotonic() + 30
-        while stream.result is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert stream.result.timing.finish_reason == "cancelled" and stream.result.timing.frames < 3000
+        result = ended(opened.streams[0])
+        assert result.timing.finish_reason == "cancelled" and result.timing.frames < 3000
     finally:
         opened.restore()
 

@@ -9,9 +9,7 @@ import logging
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +18,17 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.http_server import running
+from tests.fixtures.http_server import loading_holder, running
+from tests.fixtures.polling import wait_until
 from tests.fixtures.procs import free_port, stop_process
 from tests.fixtures.runpod_control_plane import FakeControlPlane, running_worker
 from voxcast.config import EngineConfig
-from voxcast.engine.engine import Engine
 from voxcast.errors import InvalidRequest
 from voxcast.service import Service, ServiceConfig
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.rq.client import QueueClient
 from voxcast.serving.rq.config import QueueConfig
-from voxcast.storage.local import LocalBlobStore
 
 REPO = Path(__file__).resolve().parents[2]
 Factory = Callable[[str], Path]
@@ -56,21 +53,9 @@ def value(samples: dict[Any, float], name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
-def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
-    svc = Service.assemble(
-        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
-    )
-    yield svc
-    svc.close()
+def service(tiny_service: Service) -> Service:
+    return tiny_service
 
 
 def test_http_server_metrics_count_every_outcome(service: Service) -> None:
@@ -88,7 +73,7 @@ def test_http_server_metrics_count_every_outcome(service: Service) -> None:
         assert http.post("/v1/audio/speech", json={**SAY, "sample_rate": 5}).status_code == 400
         with http.stream("POST", "/v1/audio/speech", json={**SAY, "max_frames": 3000}) as r:
             next(r.iter_raw())  # then hang up: cancelled
-        _wait(
+        wait_until(
             lambda: (
                 value(
                     scrape(url + "/metrics"),
@@ -125,14 +110,7 @@ def test_http_server_metrics_count_every_outcome(service: Service) -> None:
 
 
 def test_http_metrics_report_loading_before_the_model_is_ready(service: Service) -> None:
-    release = threading.Event()
-    holder = ServiceHolder()
-
-    def load(metrics: Any) -> Service:
-        release.wait(30)
-        return service
-
-    holder.load_in_background(load, on_failure=lambda e: None)
+    holder, release = loading_holder(service)
     with running(create_app(holder, HttpConfig())) as url:
         assert value(scrape(url + "/metrics"), "voxcast_engine_state", state="loading") == 1
         release.set()

@@ -4,7 +4,6 @@ voxcast HTTP server on a free loopback port (tiny CustomVoice model)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,11 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
-from tests.fixtures.http_server import running
-from voxcast.config import EngineConfig
-from voxcast.engine.engine import Engine
+from tests.fixtures.http_server import Recorder, ended, running
 from voxcast.integrations.pipecat import VoxcastTTSService
-from voxcast.service import Service, ServiceConfig, ServiceStream
+from voxcast.service import Service
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
-from voxcast.storage.local import LocalBlobStore
 
 Factory = Callable[[str], Path]
 KEY = "sk-pipecat"
@@ -60,13 +56,8 @@ class Sink(FrameProcessor):
 
 
 @pytest.fixture(scope="module")
-def service(tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    engine = Engine.load(EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False))
-    svc = Service.assemble(
-        ServiceConfig(store_audio=False), engine, LocalBlobStore(tmp_path_factory.mktemp("s"))
-    )
-    yield svc
-    svc.close()
+def service(tiny_service: Service) -> Service:
+    return tiny_service
 
 
 @pytest.fixture(scope="module")
@@ -138,14 +129,7 @@ async def _stopped(sink: Sink) -> None:
 
 
 def test_an_interruption_cancels_generation_on_the_server(base_url: str, service: Service) -> None:
-    opened: list[ServiceStream] = []
-    inner = service.synthesize
-
-    def synthesize(*a: Any, **kw: Any) -> ServiceStream:
-        opened.append(inner(*a, **kw))
-        return opened[-1]
-
-    service.synthesize = synthesize  # type: ignore[method-assign]
+    opened = Recorder(service)
     try:
         tts = VoxcastTTSService(
             base_url=base_url,
@@ -161,13 +145,10 @@ def test_an_interruption_cancels_generation_on_the_server(base_url: str, service
 
         asyncio.run(_run(tts, script, 24000))
     finally:
-        service.synthesize = inner  # type: ignore[method-assign]
-    assert len(opened) == 1
-    deadline = time.monotonic() + 30
-    while opened[0].result is None:
-        assert time.monotonic() < deadline, "the server never ended the stream"
-        time.sleep(0.02)
-    assert opened[0].result.timing.finish_reason == "cancelled" and opened[0].result.timing.frames < 3000
+        opened.restore()
+    assert len(opened.streams) == 1
+    result = ended(opened.streams[0])
+    assert result.timing.finish_reason == "cancelled" and result.timing.frames < 3000
 
 
 def test_a_server_error_becomes_an_error_frame(base_url: str) -> None:

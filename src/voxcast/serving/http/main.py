@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 import uvicorn
 
 from voxcast.envvars import env_float
+from voxcast.serving.exit import die
 from voxcast.serving.http.config import HttpConfig
 
 __all__ = ["add_parsers", "serve"]
@@ -43,14 +43,6 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
         for peer in self.peers:
             peer.should_exit = True
-
-
-def _die(code: int) -> None:
-    logging.shutdown()
-    for s in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            s.flush()
-    os._exit(code)
 
 
 def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = None) -> int:
@@ -89,7 +81,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
         s.on_exit = draining
 
     def failed(_: BaseException) -> None:
-        threading.Timer(0.5, _die, (1,)).start()  # let /ping report the failure briefly
+        threading.Timer(0.5, die, (1,)).start()  # let /ping report the failure briefly
 
     holder.load_in_background(lambda metrics: Service.load(service_config, metrics), failed)
     log.info(

@@ -8,7 +8,6 @@ through the real handler instead (:mod:`voxcast.serving.runpod.local`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from voxcast.serving.exit import die
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.handler import RunpodHandler
@@ -29,18 +29,9 @@ ENGINE_FAILURE_EXIT_DELAY_S = 2.0
 
 
 # ------------------------------------------------------------------------ main
-def _die(code: int) -> None:
-    """Exit now, flushing logs first (``os._exit``: engine threads must not keep a broken worker alive)."""
-    logging.shutdown()
-    for s in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            s.flush()
-    os._exit(code)
-
-
 def _exit_soon() -> None:
     """Schedule the worker's exit (exit code 3) once the failed job's result had time to go out."""
-    asyncio.get_running_loop().call_later(ENGINE_FAILURE_EXIT_DELAY_S, _die, 3)
+    asyncio.get_running_loop().call_later(ENGINE_FAILURE_EXIT_DELAY_S, die, 3)
 
 
 def _redis_client(url: str) -> Any:
@@ -69,8 +60,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
         redis_client = _redis_client(config.redis_url) if config.redis_url else None
     except Exception:
         log.exception("voxcast runpod worker: start-up failed; exiting")
-        _die(1)
-        return 1  # only reached when _die is patched out in tests
+        die(1)
+        return 1  # only reached when die is patched out in tests
     handler = RunpodHandler(service, config, redis_client)
     handler.on_engine_failure = _exit_soon
     if is_local(env, sys.argv[1:]):
