@@ -3,17 +3,22 @@ endpoints: ``PORT``, ``/ping`` on ``PORT_HEALTH``) and ``voxcast serve``, stoppe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
 
+from tests.fixtures.polling import wait_until
 from tests.fixtures.procs import free_port, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -86,35 +91,113 @@ def test_handler_serves_http_for_load_balancing_endpoints(tiny_model_dir: Factor
     assert b"Traceback" not in (tmp_path / "server.log").read_bytes()
 
 
-def test_voxcast_serve_stops_cleanly_mid_stream_and_a_bad_model_exits_1(
+def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "serve", "--port", str(port)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=fh)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+
+
+def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    """Within the drain: /ping and new requests answer 503, the open SSE response and WebSocket
+    utterance finish whole, and the server exits 0 once they have."""
+    env = _env(tiny_model_dir("custom_voice"), tmp_path, VOXCAST_DRAIN_S="600")
+    proc, api = _serve(env, tmp_path / "serve.log")
+    try:
+        _wait_ready(api + "/ping", proc)
+        ws = connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30)
+        ws.send(json.dumps({"type": "config", "voice": "ryan", "max_frames": 12, "seed": 3}))
+        ws.send(json.dumps({"type": "text", "text": "Still speaking."}))
+        ws.send(json.dumps({"type": "flush"}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "started"
+        speech = {"input": "Hello.", "voice": "ryan", "max_frames": 24, "seed": 1, "response_format": "pcm"}
+        speech["stream_format"] = "sse"
+        with httpx.stream("POST", api + "/v1/audio/speech", json=speech, timeout=60) as r:
+            assert r.status_code == 200
+            events = _sse_events(r.iter_lines())
+            assert next(events)["type"] == "speech.audio.delta"
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: httpx.get(api + "/ping", timeout=5).status_code == 503, what="draining")
+            assert httpx.get(api + "/ping", timeout=5).json()["status"] == "draining"
+            refused = httpx.post(api + "/v1/audio/speech", json=speech, timeout=10)
+            assert refused.status_code == 503 and refused.headers["retry-after"]
+            rest = list(events)
+        assert rest[-1]["type"] == "speech.audio.done" and rest[-1]["timing"]["frames"] == 24
+        seen = [json.loads(m)["type"] for m in _ws_messages(ws) if isinstance(m, str)]
+        assert "segment_done" in seen and "error" not in seen
+        ws.send(json.dumps({"type": "close"}))
+        assert [json.loads(m)["type"] for m in _ws_messages(ws) if isinstance(m, str)] == ["closed"]
+        assert proc.wait(timeout=60) == 0
+    finally:
+        stop_process(proc)
+    log = (tmp_path / "serve.log").read_text()
+    # the WebSocket is in flight until it closes (the SSE response may have ended before the signal)
+    assert "in flight, deadline 600 s" in log and "Traceback" not in log
+
+
+def _ws_messages(ws: ClientConnection) -> Iterator[str | bytes]:
+    """Messages until the server closes or ``segment_done``/``closed``/``error`` arrives."""
+    while True:
+        try:
+            message = ws.recv(timeout=60)
+        except ConnectionClosed:
+            return
+        yield message
+        if isinstance(message, str) and json.loads(message)["type"] in ("segment_done", "closed", "error"):
+            return
+
+
+def test_streams_open_at_the_drain_deadline_end_with_shutdown(
     tiny_model_dir: Factory, tmp_path: Path
 ) -> None:
-    port = free_port()
-    env = _env(tiny_model_dir("custom_voice"), tmp_path, VOXCAST_DRAIN_S="1")
-    cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "serve", "--port", str(port)]
-    with open(tmp_path / "serve.log", "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)
-        try:
-            _wait_ready(f"http://127.0.0.1:{port}/ping", proc)
-            with httpx.stream(
-                "POST",
-                f"http://127.0.0.1:{port}/v1/audio/speech",
-                json={"input": "Hello.", "voice": "ryan", "response_format": "pcm", "max_frames": 8000},
-                timeout=60,
-            ) as r:
-                assert r.status_code == 200
-                body = r.iter_raw()
-                next(body)
-                proc.send_signal(signal.SIGTERM)
-                with pytest.raises(httpx.HTTPError):  # the long stream is cut at the drain deadline, visibly
-                    for _ in body:
-                        pass
-            assert proc.wait(timeout=30) == 0
-        finally:
-            stop_process(proc)
+    """Past the deadline: SSE ends with an ``error`` event of code ``shutdown``, the WebSocket gets the
+    same error and close code 1001, raw audio is cut before its body's end; the server exits 0."""
+    env = _env(tiny_model_dir("custom_voice"), tmp_path, VOXCAST_DRAIN_S="0.5")
+    proc, api = _serve(env, tmp_path / "serve.log")
+    long = {"input": "Hello.", "voice": "ryan", "max_frames": 8000, "seed": 1, "response_format": "pcm"}
+    try:
+        _wait_ready(api + "/ping", proc)
+        ws = connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30)
+        ws.send(json.dumps({"type": "config", "voice": "ryan", "max_frames": 8000, "seed": 3}))
+        ws.send(json.dumps({"type": "text", "text": "A long sentence."}))
+        ws.send(json.dumps({"type": "flush"}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "started"
+        with (
+            httpx.stream(
+                "POST", api + "/v1/audio/speech", json={**long, "stream_format": "sse"}, timeout=60
+            ) as sse,
+            httpx.stream("POST", api + "/v1/audio/speech", json=long, timeout=60) as raw,
+        ):
+            events, body = _sse_events(sse.iter_lines()), raw.iter_raw()
+            assert next(events)["type"] == "speech.audio.delta" and next(body)
+            proc.send_signal(signal.SIGTERM)
+            last = list(events)[-1]
+            assert last["type"] == "error" and last["error"]["code"] == "shutdown"
+            with pytest.raises(httpx.HTTPError):  # cut visibly: no terminating chunk
+                for _ in body:
+                    pass
+        errors = [json.loads(m) for m in _ws_messages(ws) if isinstance(m, str)]
+        assert errors[-1]["type"] == "error" and errors[-1]["error"]["code"] == "shutdown"
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert proc.wait(timeout=60) == 0
+    finally:
+        stop_process(proc)
 
+
+def test_a_bad_model_exits_1(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    env = _env(tiny_model_dir("custom_voice"), tmp_path)
+    cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "serve", "--port", str(free_port())]
     bad = subprocess.run(
-        [*cmd[:-1], str(free_port()), "--model", str(tmp_path / "missing")],
+        [*cmd, "--model", str(tmp_path / "missing")],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

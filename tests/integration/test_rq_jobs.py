@@ -28,6 +28,7 @@ from rq.job import Callback, Job, Retry
 from voxcast.engine.request import parse_request
 from voxcast.engine.timing import Timing
 from voxcast.errors import VoiceNotFound
+from voxcast.metrics import Metrics
 from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.dead_letter import read_dead_letters
@@ -115,6 +116,7 @@ class FakeService:
     calls: int = 0
     cancels: int = 0
     cache: set[str] = field(default_factory=set)
+    metrics: Metrics = field(default_factory=Metrics)
 
     def synthesize(self, request: Any, store: bool = True, entry: str = "python") -> FakeStream:
         self.calls += 1

@@ -9,23 +9,20 @@ the production bound is checked in test_rq_config.py.
 from __future__ import annotations
 
 import io
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 import soundfile as sf
-from rq import Queue, Worker
+from rq import Queue
 from rq.job import Retry
 
 from tests.fixtures.redis import RedisServer
+from tests.fixtures.rq_worker import WorkerProcess, wait_for_chunks
 from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.dead_letter import read_dead_letters
@@ -41,61 +38,6 @@ LONG = {"text": "This sentence is long enough to keep the tiny model busy for a 
 pytestmark = pytest.mark.slow
 
 
-class WorkerProcess:
-    """``python worker.py`` with test-friendly recovery settings; log kept in ``log``."""
-
-    def __init__(self, redis_url: str, model: Path, storage: Path, log: Path) -> None:
-        self.log = log
-        self.name = f"{log.stem}-{uuid.uuid4().hex[:8]}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "VOXCAST_MODEL": str(model),
-            "VOXCAST_STORAGE_DIR": str(storage),
-            "VOXCAST_JOB_HEARTBEAT_INTERVAL_S": "0.5",
-            "VOXCAST_THREADS": "1",
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [
-            sys.executable, str(REPO / "worker.py"),
-            "--queues", QUEUE, "--redis-url", redis_url, "--name", self.name,
-            "--worker-ttl", "16", "--maintenance-interval", "2", "--job-heartbeat-ttl", "4",
-        ]  # fmt: skip
-        with open(log, "ab") as fh:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, client: redis.Redis, timeout_s: float = 120.0) -> None:
-        """Until this worker is registered (it registers only after loading and warming the model)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
-            workers = Worker.all(connection=client, queue=Queue(QUEUE, connection=client))
-            if any(w.pid == self.proc.pid for w in workers):
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.tail()}")
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.alive:
-            self.proc.send_signal(signal.SIGTERM)  # warm shutdown: finish the current job, then exit
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-
 @pytest.fixture
 def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: str) -> Iterator[dict]:
     """Model, storage and a factory of worker processes (all stopped at the end)."""
@@ -103,7 +45,7 @@ def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: st
     workers: list[WorkerProcess] = []
 
     def start() -> WorkerProcess:
-        w = WorkerProcess(redis_url, model, tmp_path / "store", tmp_path / f"worker{len(workers)}.log")
+        w = WorkerProcess(redis_url, model, tmp_path / "store", tmp_path / f"worker{len(workers)}.log", QUEUE)
         workers.append(w)
         return w
 
@@ -113,15 +55,6 @@ def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: st
             w.proc.send_signal(signal.SIGTERM)
     for w in workers:
         w.stop()
-
-
-def wait_for_chunks(client: redis.Redis, job_id: str, n: int, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if sum(e.type is EntryType.CHUNK for e in read_all(client, stream_key(job_id))) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id}: fewer than {n} chunks after {timeout_s} s")
 
 
 def stored_objects(store: Path) -> list[Path]:

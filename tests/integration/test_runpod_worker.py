@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -178,3 +179,32 @@ def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_pat
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def test_sigterm_mid_job_lets_it_finish_within_the_drain_then_exits_0(
+    tiny_model_dir: Callable[..., Path], tmp_path: Path
+) -> None:
+    env = _worker_env(tiny_model_dir("custom_voice"), tmp_path / "store", VOXCAST_DRAIN_S="600")
+    with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as w:
+        # ~10 s of the tiny model's frames: still running when the signal lands
+        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 1200, "seed": 1, "chunk_frames": 8})
+        plane.wait_streams(job, 2, 60)
+        w.proc.send_signal(signal.SIGTERM)
+        rec = plane.wait_done(job, 120)
+        assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == 1200
+        assert w.proc.wait(timeout=60) == 0
+        assert "draining: 1 in flight, deadline 600 s" in w.log()
+
+
+def test_a_job_running_at_the_drain_deadline_ends_with_shutdown_and_the_worker_exits_0(
+    tiny_model_dir: Callable[..., Path], tmp_path: Path
+) -> None:
+    env = _worker_env(tiny_model_dir("custom_voice"), tmp_path / "store", VOXCAST_DRAIN_S="0")
+    with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as w:
+        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 8000, "seed": 1})
+        plane.wait_streams(job, 2, 60)
+        w.proc.send_signal(signal.SIGTERM)
+        rec = plane.wait_done(job, 60)
+        error = json.loads(rec.done["error"])
+        assert error["code"] == "shutdown" and "drain deadline" in error["message"]
+        assert len(rec.streams) >= 2 and w.proc.wait(timeout=60) == 0

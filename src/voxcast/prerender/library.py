@@ -302,9 +302,13 @@ class _Run:
     def _synthesize(self, request: SynthesisRequest) -> tuple[np.ndarray, Any]:
         stream = self.service.synthesize(request, store=False, entry="prerender")
         parts = []
-        for chunk in stream:
-            parts.append(chunk.data)
-            self._heartbeat()
+        try:
+            for chunk in stream:
+                parts.append(chunk.data)
+                self._heartbeat()
+        except BaseException:  # the heartbeat stopped the job (shutdown, lost lease): stop the engine too
+            stream.cancel()
+            raise
         pcm = int16_to_float(np.frombuffer(b"".join(parts), dtype="<i2"))
         return pcm, stream.result
 

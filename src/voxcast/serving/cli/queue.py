@@ -78,6 +78,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("job_id", help="the job id enqueue printed")
     p.set_defaults(func=run_status)
 
+    p = sub.add_parser("workers", help="list the workers on the queues, with their state (JSON)")
+    _redis_args(p)
+    p.set_defaults(func=run_workers)
+
     p = sub.add_parser("cancel", help="cancel a queued or running job")
     _redis_args(p)
     p.add_argument("job_id", help="the job to cancel")
@@ -328,6 +332,11 @@ def run_status(args: argparse.Namespace) -> int:
     st = _client(args).status(args.job_id)
     print(json.dumps(st, indent=2, default=str))
     return 0 if st["status"] != "unknown" else 1
+
+
+def run_workers(args: argparse.Namespace) -> int:
+    print(json.dumps(_client(args).workers(), indent=2, default=str))
+    return 0
 
 
 def run_cancel(args: argparse.Namespace) -> int:

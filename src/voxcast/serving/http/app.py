@@ -27,6 +27,7 @@ from voxcast.errors import VoxcastError
 from voxcast.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from voxcast.metrics import Metrics
 from voxcast.service import Service
+from voxcast.serving.drain import Drain
 from voxcast.serving.http.body import read_json
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.http.errors import HttpError, error_body, error_for
@@ -57,6 +58,9 @@ class ServiceHolder:
         self.metrics = service.metrics if service is not None else Metrics()
         self.error: str | None = None
         self.load_s: float | None = None
+        #: The server's drain (``voxcast serve`` sets it): responses and WebSockets still open at its
+        #: deadline end with a ``shutdown`` error.
+        self.drain: Drain | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -82,7 +86,7 @@ class ServiceHolder:
                 on_failure(e)
                 return
             self.load_s = time.perf_counter() - t0
-            self.state = "ready"
+            self.state = "draining" if self.drain is not None and self.drain.begun else "ready"
             log.info("voxcast serve: ready (loaded and warmed in %.1f s)", self.load_s)
 
         self._thread = threading.Thread(target=run, name="voxcast-load", daemon=True)
@@ -215,7 +219,12 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
                 fields["request_id"] = header_id
             stream = service.synthesize(fields, entry="http")
             return await open_speech(
-                stream, stream_format, counters, queue_chunks=config.queue_chunks, stall_s=config.stall_s
+                stream,
+                stream_format,
+                counters,
+                queue_chunks=config.queue_chunks,
+                stall_s=config.stall_s,
+                drain=holder.drain,
             )
         except (HttpError, VoxcastError) as e:
             sent = body if isinstance(body, dict) else {}
@@ -240,7 +249,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             await ws.send_json({"type": "error", **error_body(e.status, e.message, e.code)})
             await ws.close(code=1013, reason="the model is loading")
             return
-        await SpeechSocket(ws, service, queue_chunks=config.queue_chunks).run()
+        await SpeechSocket(ws, service, queue_chunks=config.queue_chunks, drain=holder.drain).run()
 
     v1.include_router(voice_routes(holder.get, config.max_body_bytes))
     app.include_router(v1)

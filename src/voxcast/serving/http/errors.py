@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from voxcast.errors import EngineUnavailable, InvalidRequest, StorageError, VoiceNotFound, VoxcastError
+from voxcast.serving.drain import WorkerShutdown
 
 __all__ = ["HttpError", "error_body", "error_for"]
 
@@ -66,7 +67,7 @@ def error_for(e: BaseException) -> HttpError:
         return HttpError(404, e.message, code=e.code, field=e.field)
     if isinstance(e, InvalidRequest):
         return HttpError(400, e.message, code=e.code, field=e.field)
-    if isinstance(e, EngineUnavailable):
+    if isinstance(e, EngineUnavailable | WorkerShutdown):
         return HttpError(503, e.message, code=e.code, headers={"Retry-After": "5"})
     if isinstance(e, StorageError):
         return HttpError(502, e.message, code=e.code)

@@ -2,9 +2,14 @@
 
 The API port answers ``/ping`` with 204 at once, while the service loads and warms on a background
 thread, and with 200 once it is ready (RunPod load-balancing endpoints route traffic only then); a
-failed load exits with code 1. SIGTERM/SIGINT stop accepting connections, let uvicorn finish open
-responses within ``VOXCAST_DRAIN_S`` (30), then close the service (voice writes still queued reach the
-store) and exit 0.
+failed load exits with code 1.
+
+SIGTERM/SIGINT drain the server (:class:`~voxcast.serving.drain.Drain`): ``/ping`` answers 503
+``draining`` and new requests 503 at once, while open responses and WebSockets go on for up to
+``VOXCAST_DRAIN_S`` (30); those still open then end with a ``shutdown`` error (an SSE ``error`` event,
+a WebSocket ``error`` and close 1001, or a raw audio body closed before its end). Then uvicorn stops,
+the service is closed (voice writes still queued reach the store) and the process exits 0. A second
+signal stops uvicorn at once.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import uvicorn
 
 from voxcast.envvars import env_float
+from voxcast.serving.drain import Drain
 from voxcast.serving.exit import die
 from voxcast.serving.http.config import HttpConfig
 
@@ -29,20 +35,30 @@ __all__ = ["add_parsers", "serve"]
 
 log = logging.getLogger(__name__)
 
+_SHUTDOWN_GRACE_S = 5.0
+"""After the drain deadline, how long open responses have to send their ``shutdown`` ending."""
+
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that stops its peers too (the API and the health port share one signal) and
-    reports ``draining`` from then on."""
+    """A uvicorn server that drains before it stops (the first signal) and stops its peers too (the
+    API and the health port share one signal)."""
 
     peers: list[uvicorn.Server]
-    on_exit: Any = None
+    drain: Drain
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        if self.on_exit is not None:
-            self.on_exit()
+        if self.drain.begin():  # the first signal: drain; _stop_when_drained stops the servers
+            return
         super().handle_exit(sig, frame)
         for peer in self.peers:
             peer.should_exit = True
+
+
+def _stop_when_drained(drain: Drain, servers: list[_Server]) -> None:
+    """Once nothing is open (at the latest just after the drain deadline), stop every server."""
+    drain.wait_idle(drain.deadline_s + _SHUTDOWN_GRACE_S)
+    for s in servers:
+        s.should_exit = True
 
 
 def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = None) -> int:
@@ -63,7 +79,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
             host=http.host,
             port=port,
             log_config=None,  # voxcast's logging (VOXCAST_LOG_LEVEL), not uvicorn's own
-            timeout_graceful_shutdown=max(1, int(drain_s)),
+            timeout_graceful_shutdown=int(_SHUTDOWN_GRACE_S),  # the drain came first
             lifespan="off",
         )
 
@@ -72,13 +88,16 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
         assert http.health_port is not None
         servers.append(_Server(config(health_app(holder), http.health_port)))
 
-    def draining() -> None:
-        if holder.state == "ready":
-            holder.state = "draining"
+    def draining() -> None:  # in the signal handler
+        holder.state = "draining"
+        threading.Thread(
+            target=_stop_when_drained, args=(drain, servers), name="voxcast-drain", daemon=True
+        ).start()
 
+    drain = holder.drain = Drain(drain_s, on_begin=draining)
     for s in servers:
         s.peers = [p for p in servers if p is not s]
-        s.on_exit = draining
+        s.drain = drain
 
     def failed(_: BaseException) -> None:
         threading.Timer(0.5, die, (1,)).start()  # let /ping report the failure briefly

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from voxcast.audio.formats import stream_content_type
 from voxcast.service import EncodedChunk, ServiceStream
+from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
 from voxcast.serving.http.errors import error_body, error_for
 from voxcast.serving.pump import ThreadPump
 
@@ -101,9 +103,19 @@ def _delta(chunk: EncodedChunk) -> bytes:
 
 
 async def open_speech(
-    stream: ServiceStream, stream_format: str, counters: Counters, *, queue_chunks: int, stall_s: float
+    stream: ServiceStream,
+    stream_format: str,
+    counters: Counters,
+    *,
+    queue_chunks: int,
+    stall_s: float,
+    drain: Drain | None = None,
 ) -> StreamingResponse:
     """Start ``stream``, wait for its first chunk and return the response that streams the rest.
+
+    A response still streaming at ``drain``'s deadline (the server is stopping) ends with an SSE
+    ``error`` event of code ``shutdown``, or, for raw audio, by closing the connection before the
+    body's end (a chunked body without its last chunk: never a silently short file).
 
     Raises:
         whatever the stream raised before its first chunk (the route turns it into a JSON error).
@@ -147,10 +159,17 @@ async def open_speech(
         "Cache-Control": "no-cache",
         "X-Voxcast-TTFA-Ms": f"{first.t_ms:.1f}" if first is not None else "",
     }
+    shutdown: list[str] = []
+
+    def stop_for_shutdown(reason: str) -> None:  # the drain's thread
+        shutdown.append(reason)
+        stream.cancel()
+
+    tracked = drain.track(stop_for_shutdown) if drain is not None else contextlib.nullcontext()
     if stream_format == "sse":
-        body, media = _sse_body(stream, pump, first, counters), "text/event-stream"
+        body, media = _sse_body(stream, pump, first, counters, tracked, shutdown), "text/event-stream"
     else:
-        body = _audio_body(stream, pump, first, counters)
+        body = _audio_body(stream, pump, first, counters, tracked, shutdown)
         media = stream_content_type(req.response_format, req.sample_rate)
     response = _Response(body, on_close, media_type=media, headers=headers)
     responses.append(response)
@@ -167,32 +186,53 @@ def _finished(stream: ServiceStream, pump: ThreadPump[EncodedChunk], counters: C
 
 
 async def _audio_body(
-    stream: ServiceStream, pump: ThreadPump[EncodedChunk], first: EncodedChunk | None, counters: Counters
+    stream: ServiceStream,
+    pump: ThreadPump[EncodedChunk],
+    first: EncodedChunk | None,
+    counters: Counters,
+    tracked: contextlib.AbstractContextManager[Any],
+    shutdown: list[str],
 ) -> AsyncIterator[bytes]:
     if first is not None:
         yield first.data
     try:
-        async for chunk in pump:
-            yield chunk.data
+        with tracked:
+            async for chunk in pump:
+                yield chunk.data
     except Exception as e:
         counters.error(error_for(e).code)
         log.exception("request %s failed after its first audio; connection aborted", stream.request_id)
         raise
+    if shutdown:
+        counters.error(SHUTDOWN)
+        log.warning("request %s: %s; connection closed before the body's end", stream.request_id, shutdown[0])
+        raise asyncio.CancelledError  # uvicorn closes the connection without the body's last chunk
     _finished(stream, pump, counters)
 
 
 async def _sse_body(
-    stream: ServiceStream, pump: ThreadPump[EncodedChunk], first: EncodedChunk | None, counters: Counters
+    stream: ServiceStream,
+    pump: ThreadPump[EncodedChunk],
+    first: EncodedChunk | None,
+    counters: Counters,
+    tracked: contextlib.AbstractContextManager[Any],
+    shutdown: list[str],
 ) -> AsyncIterator[bytes]:
     if first is not None:
         yield _delta(first)
     try:
-        async for chunk in pump:
-            yield _delta(chunk)
+        with tracked:
+            async for chunk in pump:
+                yield _delta(chunk)
+        if shutdown:
+            raise WorkerShutdown(shutdown[0])
     except Exception as e:
         err = error_for(e)
         counters.error(err.code)
-        log.exception("request %s failed after its first audio", stream.request_id)
+        if isinstance(e, WorkerShutdown):
+            log.warning("request %s: %s", stream.request_id, e.message)
+        else:
+            log.exception("request %s failed after its first audio", stream.request_id)
         yield _sse({"type": "error", **error_body(err.status, err.message, err.code, err.field)})
         return
     _finished(stream, pump, counters)

@@ -19,7 +19,9 @@ Server -> client: binary messages carry the audio (raw bytes in the configured f
 are ``started`` (a sentence begins: ``segment``, ``request_id``, ``chars``), ``chunk`` (``segment``,
 ``seq``, ``bytes``, ``t_ms``, ``frames``; sent before that chunk's binary frames), ``segment_done``
 (``segment``, ``timing``), ``mark``, ``cleared``, ``closed`` and ``error`` (``{"error": {"message",
-"type", "param", "code"}}``: the connection goes on; a bad sentence is skipped).
+"type", "param", "code"}}``: the connection goes on; a bad sentence is skipped). When the server
+stops, a connection still open at the drain deadline gets an ``error`` of code ``shutdown`` and is
+closed with code 1001 (going away).
 
 Sentences are spoken one after another with the same voice, settings and seed (the text of each
 must be whole before it is spoken: exact word-by-word input to the talker is future work).
@@ -40,6 +42,7 @@ from voxcast.audio.formats import AudioFormat
 from voxcast.engine.request import parse_request
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.service import EncodedChunk, Service, ServiceStream
+from voxcast.serving.drain import Drain, WorkerShutdown
 from voxcast.serving.http.errors import error_body, error_for
 from voxcast.serving.pump import ThreadPump
 from voxcast.text.incremental import SentenceBuffer
@@ -108,8 +111,11 @@ def _err(e: BaseException) -> dict[str, Any]:
 class SpeechSocket:
     """One connection: a receiver (client messages) and a speaker (sentences in order) task."""
 
-    def __init__(self, ws: WebSocket, service: Service, *, queue_chunks: int) -> None:
+    def __init__(
+        self, ws: WebSocket, service: Service, *, queue_chunks: int, drain: Drain | None = None
+    ) -> None:
         self.ws = ws
+        self.drain = drain
         self.service = service
         self.queue_chunks = queue_chunks
         self.config: dict[str, Any] | None = None
@@ -136,18 +142,21 @@ class SpeechSocket:
     async def run(self) -> None:
         """Serve the connection until ``close`` (after the audio), a disconnect or a stall."""
         self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
         speaker = asyncio.create_task(self._speak())
         closed = False
-        try:
-            with contextlib.suppress(WebSocketDisconnect):
-                closed = await self._receive()
-        finally:
-            if not closed:  # the client went away (or stopped reading): stop speaking now
-                self.epoch += 1
-                self._stop_current()
-                speaker.cancel()
-        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError):
-            await speaker
+        tracked = self.drain.track(self._shutdown) if self.drain is not None else contextlib.nullcontext()
+        with tracked:  # until the last audio went out: a draining server waits for it
+            try:
+                with contextlib.suppress(WebSocketDisconnect):
+                    closed = await self._receive()
+            finally:
+                if not closed:  # the client went away (or stopped reading): stop speaking now
+                    self.epoch += 1
+                    self._stop_current()
+                    speaker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError):
+                await speaker
 
     # -- client messages -------------------------------------------------------------------------
     async def _receive(self) -> bool:
@@ -288,6 +297,20 @@ class SpeechSocket:
                 await self.send({**_err(e), "segment": self.segments - 1})
             if self.queue.empty() and item.epoch == self.epoch:
                 await self._flush_frames()  # idle: the utterance's last frame goes out now
+
+    def _shutdown(self, reason: str) -> None:
+        """On the drain's thread, at its deadline: stop speaking, say why, close with 1001."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._close_for_shutdown(reason)))
+
+    async def _close_for_shutdown(self, reason: str) -> None:
+        self.epoch += 1
+        self._stop_current()
+        log.warning("websocket: %s; closing it", reason)
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self.send(_err(WorkerShutdown(reason)))
+            await self.ws.close(code=1001, reason="server shutting down")
 
     def _stalled(self, stream: ServiceStream) -> None:
         """On the pump's thread: the client stopped reading. Stop the sentence and the connection."""

@@ -125,6 +125,32 @@ class QueueClient:
     def queue(self, name: str | None = None) -> Queue:
         return Queue(name or self.config.queues[0], connection=self.redis, serializer=JSONSerializer)
 
+    def workers(self) -> list[dict[str, Any]]:
+        """The registered workers of every configured queue: ``name``, ``state`` (``ready``,
+        ``unloaded``, ``draining``; ``busy``/``idle`` is RQ's ``rq_state``), ``rq_state``,
+        ``current_job``, ``queues``, ``last_heartbeat`` (ISO 8601) and ``pid``."""
+        from rq import Worker
+
+        out, seen = [], set()
+        for name in self.config.queues:
+            for w in Worker.all(connection=self.redis, queue=self.queue(name)):
+                if w.name in seen:
+                    continue
+                seen.add(w.name)
+                raw = self.redis.hget(w.key, "voxcast_state")
+                out.append(
+                    {
+                        "name": w.name,
+                        "state": raw.decode() if isinstance(raw, bytes) else raw,
+                        "rq_state": str(w.get_state()),
+                        "current_job": w.get_current_job_id(),
+                        "queues": w.queue_names(),
+                        "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
+                        "pid": w.pid,
+                    }
+                )
+        return sorted(out, key=lambda w: w["name"])
+
     # -- enqueue --------------------------------------------------------------------------------
     def enqueue(
         self,

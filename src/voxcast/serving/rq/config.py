@@ -73,6 +73,9 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_CANCEL_TTL_S = 3600
 """Lifetime of a ``voxcast:cancel:<job id>`` flag."""
 
+DEFAULT_DRAIN_S = 30.0
+"""After SIGTERM/SIGINT, how long the running job may go on before it is cancelled (reason shutdown)."""
+
 DEFAULT_REDIS_RETRIES = 20
 """Retries of a Redis command on connection errors (jittered backoff up to 1 s: ~10-15 s outage)."""
 
@@ -98,6 +101,7 @@ class QueueConfig:
             ``VOXCAST_JOB_HEARTBEAT_INTERVAL_S``.
         cancel_ttl_s: ``VOXCAST_CANCEL_TTL_S``.
         redis_retries: ``VOXCAST_REDIS_RETRIES``.
+        drain_s: ``VOXCAST_DRAIN_S``.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -115,6 +119,7 @@ class QueueConfig:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     cancel_ttl_s: int = DEFAULT_CANCEL_TTL_S
     redis_retries: int = DEFAULT_REDIS_RETRIES
+    drain_s: float = DEFAULT_DRAIN_S
 
     def __post_init__(self) -> None:
         if not self.queues or any(not q for q in self.queues):
@@ -127,6 +132,8 @@ class QueueConfig:
             raise ValueError("job timeouts must be >= 1 s")
         if self.retries < 0 or self.maintenance_interval_s < 1 or self.redis_retries < 0:
             raise ValueError("retries and redis retries must be >= 0, maintenance interval >= 1 s")
+        if self.drain_s < 0:
+            raise ValueError("VOXCAST_DRAIN_S must be >= 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QueueConfig:
@@ -161,6 +168,7 @@ class QueueConfig:
             ),
             cancel_ttl_s=_int(env, "VOXCAST_CANCEL_TTL_S", DEFAULT_CANCEL_TTL_S),
             redis_retries=_int(env, "VOXCAST_REDIS_RETRIES", DEFAULT_REDIS_RETRIES),
+            drain_s=_float(env, "VOXCAST_DRAIN_S", DEFAULT_DRAIN_S),
         )
 
     def with_overrides(self, **changes: Any) -> QueueConfig:

@@ -34,6 +34,7 @@ from rq.timeouts import JobTimeoutException
 
 from voxcast.engine.request import SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
+from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
 
@@ -87,12 +88,19 @@ class JobContext:
         config: queue settings (stream bounds, TTLs).
         redis: the worker's Redis client (bytes replies).
         renew_lease: extends the running job's lease (throttled; cheap to call per chunk).
+        drain: the worker's drain (graceful stop): a job registers there what cancels it at the
+            drain deadline; None outside a worker (tests).
     """
 
     service: Service
     config: QueueConfig
     redis: redis.Redis
     renew_lease: Callable[[], None]
+    drain: Drain | None = None
+
+    def track(self, cancel: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
+        """Register work the drain deadline cancels (see :meth:`Drain.track`)."""
+        return self.drain.track(cancel) if self.drain is not None else contextlib.nullcontext()
 
 
 _CONTEXT: ContextVar[JobContext | None] = ContextVar("voxcast_job_context", default=None)
@@ -183,6 +191,7 @@ class _SynthesisJob:
             ctx.redis, self.key, ctx.config.stream, cancel_key=cancel_key(job.id)
         )
         self.stream: Any = None
+        self.shutdown: str | None = None
 
     def run(self, payload: Any) -> dict[str, Any]:
         attempt = _next_attempt(self.job)
@@ -192,9 +201,15 @@ class _SynthesisJob:
             req = _with_request_id(payload, self.job.id)
             self.stream = self.ctx.service.synthesize(req, store=True, entry="rq")
             self.publisher.start(self._start_info(req, attempt))
-            if self._pump():
+            with self.ctx.track(self._stop_for_shutdown):
+                cancelled = self._pump()
+            if self.shutdown is not None:
+                self._interrupted(self.shutdown)
+            if cancelled:
                 return self._cancelled(attempt)
             return self._finish(attempt)
+        except WorkerShutdown:  # its stream was ended (or left open for the retry) by _interrupted
+            raise
         except VoxcastError as e:
             if isinstance(e, InvalidRequest):
                 _fail_without_retry(self.job, e.to_dict())
@@ -220,6 +235,25 @@ class _SynthesisJob:
             "queue_wait_ms": round(_queue_wait_ms(self.job), 3),
             "worker": self.job.worker_name,
         }
+
+    def _stop_for_shutdown(self, reason: str) -> None:
+        """The drain deadline passed (drain thread): stop the engine stream within one frame."""
+        self.shutdown = reason
+        self.stream.cancel()
+
+    def _interrupted(self, reason: str) -> None:
+        """End a job cut at the drain deadline: requeued when it has retries left (its stream then
+        restarts on another worker, as after a lost worker), else its stream ends ``cancelled`` with
+        code ``shutdown``. Raises :class:`WorkerShutdown` (RQ fails or retries the job with it)."""
+        self.job.meta["interrupted"] = reason
+        with contextlib.suppress(redis.RedisError):
+            self.job.save_meta()
+        if self.job.retries_left:
+            log.warning("job %s: %s; it will be retried", self.job.id, reason)
+        else:
+            log.warning("job %s: %s; cancelled", self.job.id, reason)
+            self.publisher.cancelled(reason, code=SHUTDOWN)
+        raise WorkerShutdown(reason)
 
     def _pump(self) -> bool:
         """Publish every chunk; True if cancellation was requested (the engine is then stopped)."""
@@ -398,7 +432,11 @@ def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
         _fail_without_retry(job, e.to_dict())
         raise
 
+    stop: list[str] = []
+
     def heartbeat() -> None:
+        if stop:
+            raise WorkerShutdown(stop[0])
         ctx.renew_lease()
         lock.refresh()
 
@@ -408,7 +446,8 @@ def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
         heartbeat()
 
     try:
-        summary = prerender(ctx.service, spec, progress=progress, heartbeat=heartbeat)
+        with ctx.track(stop.append):
+            summary = prerender(ctx.service, spec, progress=progress, heartbeat=heartbeat)
     except InvalidRequest as e:
         _fail_without_retry(job, e.to_dict())
         raise

@@ -233,9 +233,10 @@ class StreamPublisher:
         """Terminal failure entry (``info``: ``{"code", "message", "field"?}``)."""
         self._end(EntryType.ERROR, info)
 
-    def cancelled(self, message: str = "cancelled by the caller") -> None:
-        """Terminal cancellation entry."""
-        self._end(EntryType.CANCELLED, {"code": "cancelled", "message": message})
+    def cancelled(self, message: str = "cancelled by the caller", *, code: str = "cancelled") -> None:
+        """Terminal cancellation entry (``code``: ``cancelled``, or ``shutdown`` for a job cut when
+        its worker stopped)."""
+        self._end(EntryType.CANCELLED, {"code": code, "message": message})
 
     def _end(self, etype: EntryType, info: Mapping[str, Any]) -> None:
         if self.ended is not None:

@@ -15,6 +15,17 @@ Dead workers: see :mod:`voxcast.serving.rq.config`: a running job holds a short 
 (``heartbeat_ttl_s``) renewed between chunks, so another worker's maintenance fails (or retries) the
 job of a SIGKILLed worker within about a minute, whatever the job's timeout.
 
+Graceful stop: SIGTERM/SIGINT is RQ's warm shutdown (no new job is taken; the worker exits 0 after
+the running one) with a deadline: the running job may go on for ``VOXCAST_DRAIN_S`` (30) more seconds,
+then it is cancelled (see :class:`~voxcast.serving.drain.Drain`): a synthesis job with retries left is
+requeued, any other fails with :class:`~voxcast.serving.drain.WorkerShutdown` ("the worker is shutting
+down ...") and its stream ends ``cancelled`` with code ``shutdown``. Voice writes still queued reach
+the store before the process exits. A second signal is RQ's cold shutdown (exit at once).
+
+Readiness: the worker's RQ hash carries ``voxcast_state`` (``ready``, ``unloaded`` after an idle
+unload, ``draining``), rewritten at every heartbeat; ``/metrics`` (``VOXCAST_METRICS_PORT``) also
+reports ``loading`` and ``warming``, before the worker registers.
+
 Also usable through RQ's own CLI (it passes ``--worker-ttl``/``--maintenance-interval`` defaults of
 420/600 s; those exact values are treated as unset and the ``VOXCAST_*`` values apply)::
 
@@ -24,18 +35,22 @@ Also usable through RQ's own CLI (it passes ``--worker-ttl``/``--maintenance-int
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
 from rq import Queue, SimpleWorker, worker_registration
 from rq.defaults import DEFAULT_MAINTENANCE_TASK_INTERVAL, DEFAULT_RESULT_TTL, DEFAULT_WORKER_TTL
 from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job
 from rq.serializers import JSONSerializer
 
+from voxcast.serving.drain import Drain
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.dead_letter import MalformedJob, VoxcastQueue
@@ -44,9 +59,12 @@ from voxcast.serving.rq.jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobCon
 if TYPE_CHECKING:
     from voxcast.service import Service, ServiceConfig
 
-__all__ = ["JobRejected", "VoxcastJob", "VoxcastWorker"]
+__all__ = ["STATE_FIELD", "JobRejected", "VoxcastJob", "VoxcastWorker"]
 
 log = logging.getLogger(__name__)
+
+STATE_FIELD = "voxcast_state"
+"""Field of the worker's RQ hash (``rq:worker:<name>``) that holds its state."""
 
 
 class JobRejected(Exception):
@@ -157,6 +175,7 @@ class VoxcastWorker(SimpleWorker):
         self._service_config = service_config
         self._last_renewal = 0.0
         self._ready_ms = 0.0
+        self.drain = Drain(self.queue_config.drain_s, on_begin=self._draining)
         _apply_defaults(kwargs, self.queue_config)
         names = [q.name if isinstance(q, Queue) else str(q) for q in queues]
         super().__init__(names, *args, **kwargs)
@@ -188,6 +207,7 @@ class VoxcastWorker(SimpleWorker):
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         """RQ's bootstrap (logging set up, worker registered), then one line on the loaded model."""
         super().bootstrap(*args, **kwargs)
+        self._publish_state()
         engine = self.service.engine
         self.log.info(
             "Worker %s: model ready in %.0f ms (load %.0f ms, warm-up %.0f ms): %s; lease %d s, maintenance every %d s",
@@ -201,8 +221,9 @@ class VoxcastWorker(SimpleWorker):
         )
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        """RQ's heartbeat; a worker whose registration vanished (Redis restarted or flushed) registers
-        again, so it is listed in ``rq:workers`` and its queue's worker set while it keeps serving."""
+        """RQ's heartbeat, plus the worker's state (:data:`STATE_FIELD`); a worker whose registration
+        vanished (Redis restarted or flushed) registers again, so it is listed in ``rq:workers`` and
+        its queue's worker set while it keeps serving."""
         if pipeline is None and not self.connection.sismember(
             worker_registration.REDIS_WORKER_KEYS, self.key
         ):
@@ -212,6 +233,31 @@ class VoxcastWorker(SimpleWorker):
                 worker_registration.register(self, p)
                 p.execute()
         super().heartbeat(timeout, pipeline)
+        self._publish_state()
+
+    @property
+    def state(self) -> str:
+        """``loading``, ``warming``, ``ready``, ``unloaded`` or ``draining`` (the metrics' phase)."""
+        if self.drain.begun:
+            return "draining"
+        return self._service.metrics.phase if self._service is not None else "loading"
+
+    def _publish_state(self) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.connection.hset(self.key, STATE_FIELD, self.state)
+
+    # -- graceful stop ------------------------------------------------------------------------------
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        """Warm shutdown (RQ) with a deadline: the running job is cancelled ``VOXCAST_DRAIN_S`` later."""
+        self.drain.begin()
+        super().request_stop(signum, frame)
+
+    def _draining(self) -> None:
+        """The drain began (in the signal handler): report it; Redis is written from a thread, since
+        the main thread may be inside a Redis call of its own."""
+        if self._service is not None:
+            self._service.metrics.phase = "draining"
+        threading.Thread(target=self._publish_state, name="voxcast-drain-state", daemon=True).start()
 
     def teardown(self) -> None:
         super().teardown()
@@ -223,7 +269,9 @@ class VoxcastWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Run ``job`` with the job context bound (service, config, Redis, lease renewal)."""
         self._last_renewal = time.monotonic()
-        ctx = JobContext(self.service, self.queue_config, self.connection, lambda: self._renew_lease(job))
+        ctx = JobContext(
+            self.service, self.queue_config, self.connection, lambda: self._renew_lease(job), self.drain
+        )
         with bind_context(ctx):
             super().execute_job(job, queue)
 

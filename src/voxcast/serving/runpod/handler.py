@@ -20,7 +20,10 @@ Every bad input ends the job with ``{"error": {"code", "message", "field"}}`` an
 serving. The engine stream is iterated on its own thread (:class:`~voxcast.serving.pump.ThreadPump`),
 so the SDK's event loop, which also POSTs the messages and runs other jobs, never blocks on the model.
 When the platform stops a job it cancels the job's asyncio task; the handler then cancels the engine
-stream, which ends within one frame.
+stream, which ends within one frame. When the worker itself is stopping (SIGTERM: see
+:mod:`voxcast.serving.runpod.main`), a synthesis still running at the drain deadline ends with
+``{"error": {"code": "shutdown", ...}}`` (and a ``cancelled`` entry with code ``shutdown`` in its Redis
+mirror).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import threading
 import time
@@ -40,6 +44,7 @@ from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
+from voxcast.serving.drain import Drain, WorkerShutdown
 from voxcast.serving.pump import ThreadPump
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.messages import audio_messages, error_message, final_message
@@ -116,12 +121,18 @@ class RunpodHandler:
         self.redis_client = redis_client
         self.on_engine_failure: Callable[[], None] | None = None
         """Called (on the loop) after a job hit :class:`EngineUnavailable`; ``main`` exits the worker."""
+        self.drain: Drain | None = None
+        """The process's drain (``main`` sets it): a synthesis running at its deadline is cancelled."""
+        self.on_job: Callable[[], None] | None = None
+        """Called (on the loop) when a job starts; ``main`` installs its signal handlers there."""
 
     async def handle(self, job: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Run one job; yields JSON-able messages (chunks, then a final message or an error)."""
         if not isinstance(job, Mapping):
             yield error_message(InvalidRequest("the job must be a JSON object with an input", field="job"))
             return
+        if self.on_job is not None:
+            self.on_job()
         job_id = str(job.get("id") or "local")
         data = job.get("input")
         action = data.get("action", "synthesize") if isinstance(data, Mapping) else "synthesize"
@@ -168,22 +179,32 @@ class RunpodHandler:
         ).start()
         unwatch = self._watch_task(job_id, stream, pump, mirror)
         seq, kept, size, first_ms = 0, [], 0, None
+        shutdown: list[str] = []
+
+        def stop_for_shutdown(reason: str) -> None:  # the drain's thread, at its deadline
+            shutdown.append(reason)
+            stream.cancel()
+
+        tracked = self.drain.track(stop_for_shutdown) if self.drain else contextlib.nullcontext()
         try:
-            async for chunk in pump:
-                size += len(chunk.data)
-                if not request.stream:  # keep the file only while it may still be inlined
-                    if size <= self.config.inline_max_bytes:
-                        kept.append(chunk.data)
-                    else:
-                        kept.clear()
-                    continue
-                for message in self._chunk_messages(self._coalesce(pump, chunk), seq):
-                    if first_ms is None:
-                        first_ms = (time.perf_counter() - t0) * 1000
-                        log.info("job %s: first message after %.1f ms", job_id, first_ms)
-                    seq += 1
-                    message["ts"] = round(time.time(), 6)
-                    yield message
+            with tracked:
+                async for chunk in pump:
+                    size += len(chunk.data)
+                    if not request.stream:  # keep the file only while it may still be inlined
+                        if size <= self.config.inline_max_bytes:
+                            kept.append(chunk.data)
+                        else:
+                            kept.clear()
+                        continue
+                    for message in self._chunk_messages(self._coalesce(pump, chunk), seq):
+                        if first_ms is None:
+                            first_ms = (time.perf_counter() - t0) * 1000
+                            log.info("job %s: first message after %.1f ms", job_id, first_ms)
+                        seq += 1
+                        message["ts"] = round(time.time(), 6)
+                        yield message
+            if shutdown:
+                raise WorkerShutdown(shutdown[0])
             if stream.result is None:
                 raise VoxcastError("the synthesis stream ended without a result")
             result = stream.result.to_dict()

@@ -3,6 +3,15 @@
 ``handler.py`` at the repository root calls :func:`main`. Without ``RUNPOD_WEBHOOK_GET_JOB`` and
 ``--rp_serve_api`` (a developer's shell) one job from ``--test_input`` / ``test_input.json`` is run
 through the real handler instead (:mod:`voxcast.serving.runpod.local`).
+
+Graceful stop: on SIGTERM/SIGINT the SDK stops taking jobs (its own handler, which ours runs after)
+and the process reports ``draining`` (``/metrics``); jobs in flight may finish within
+``VOXCAST_DRAIN_S`` (30), then end with the error ``shutdown``. Once none is left and the SDK has
+posted their results, the service is closed (queued voice writes reach the store) and the process
+exits 0, without waiting for the SDK's job-take long-poll (up to 90 s) to return. The SDK installs its
+signal handlers when its loop starts, after this module's code ran, so voxcast's are chained in front
+of them when the first job arrives (a signal before any job has nothing to drain; the SDK's handler
+alone then stops the worker).
 """
 
 from __future__ import annotations
@@ -10,11 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from voxcast.envvars import env_float
+from voxcast.serving.drain import Drain
 from voxcast.serving.exit import die
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
@@ -26,6 +40,8 @@ __all__ = ["main"]
 log = logging.getLogger(__name__)
 
 ENGINE_FAILURE_EXIT_DELAY_S = 2.0
+RESULTS_GRACE_S = 10.0
+"""After the drain, how long the SDK may take to post the last jobs' results before the process exits."""
 
 
 # ------------------------------------------------------------------------ main
@@ -64,10 +80,52 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 1  # only reached when die is patched out in tests
     handler = RunpodHandler(service, config, redis_client)
     handler.on_engine_failure = _exit_soon
+
+    def draining() -> None:
+        service.metrics.phase = "draining"
+        threading.Thread(target=_exit_after_drain, args=(handler,), name="voxcast-drain", daemon=True).start()
+
+    handler.drain = Drain(env_float(env, "VOXCAST_DRAIN_S", 30.0, lo=0.0), on_begin=draining)
+    handler.on_job = lambda: _chain_signals(handler.drain)
     if is_local(env, sys.argv[1:]):
         return run_local(handler, sys.argv[1:], Path.cwd())
     _start_sdk(handler, config)
+    service.close()  # the SDK stopped on a signal that came before any job (no drain thread ran)
     return 0
+
+
+def _chain_signals(drain: Drain | None) -> None:
+    """Put ``drain.begin`` in front of the SDK's SIGTERM/SIGINT handlers (once; main thread only)."""
+    if drain is None or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if getattr(previous, "voxcast_drain", False):
+            continue
+
+        def on_signal(signum: int, frame: Any, previous: Any = previous) -> None:
+            drain.begin()
+            if callable(previous):
+                previous(signum, frame)
+
+        on_signal.voxcast_drain = True  # type: ignore[attr-defined]
+        signal.signal(sig, on_signal)
+
+
+def _exit_after_drain(handler: RunpodHandler) -> None:
+    """Wait for the jobs in flight (cancelled at the drain deadline) and for the SDK to post their
+    results, close the service, exit 0."""
+    from runpod.serverless.modules.worker_state import JobsProgress
+
+    drain = handler.drain
+    assert drain is not None
+    drain.wait_idle(drain.deadline_s + 30.0)
+    deadline = time.monotonic() + RESULTS_GRACE_S
+    while JobsProgress().get_job_count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log.info("voxcast runpod worker: drained; closing the service")
+    handler.service.close()
+    die(0)
 
 
 def _start_sdk(handler: RunpodHandler, config: RunpodConfig) -> None:

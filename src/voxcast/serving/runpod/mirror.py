@@ -18,6 +18,7 @@ from typing import Any
 
 from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import Cancelled, VoxcastError
+from voxcast.serving.drain import SHUTDOWN, WorkerShutdown
 from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, stream_key
 
 __all__ = ["RedisMirror", "mirror_key"]
@@ -75,7 +76,9 @@ class RedisMirror:
         """Terminal entry for a job that did not finish: ``cancelled`` or ``error``."""
         if self._pub.ended is not None:
             return
-        if isinstance(exc, asyncio.CancelledError | GeneratorExit | Cancelled):
+        if isinstance(exc, WorkerShutdown):
+            self._safe(self._pub.cancelled, exc.message, code=SHUTDOWN)
+        elif isinstance(exc, asyncio.CancelledError | GeneratorExit | Cancelled):
             self._safe(self._pub.cancelled, "job cancelled")
         elif isinstance(exc, VoxcastError):
             self._safe(self._pub.error, exc.to_dict())
