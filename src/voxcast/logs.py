@@ -5,21 +5,77 @@
 with credentials (``redis://:PASSWORD@host/0``, ``https://user:secret@endpoint``) never reaches a log
 line in clear, whoever logs it (voxcast, RQ, botocore). Code that prints to the terminal runs its
 text through :func:`redact`.
+
+Request ids: every entry point binds the id of the request it serves (:func:`bind_request_id`: the
+RunPod job id, the RQ job id, the HTTP ``X-Request-Id`` header or a generated one) and
+:class:`RequestIdFilter` stamps it on every line logged meanwhile in that context (threads started
+with :func:`contextvars.copy_context` inherit it); lines the engine thread logs about one request pass
+it in ``extra={"request_id": ...}``. Text lines show it as ``[<id>]`` after the logger name; JSON lines
+carry ``request_id``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-__all__ = ["JsonFormatter", "RedactingFilter", "redact", "setup_logging"]
+__all__ = [
+    "JsonFormatter",
+    "RedactingFilter",
+    "RequestIdFilter",
+    "TextFormatter",
+    "bind_request_id",
+    "current_request_id",
+    "redact",
+    "set_request_id",
+    "setup_logging",
+]
 
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_FORMAT = "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"
+
+_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("voxcast_request_id", default=None)
+
+
+def current_request_id() -> str | None:
+    """The request id bound in this context, if any."""
+    return _REQUEST_ID.get()
+
+
+@contextlib.contextmanager
+def bind_request_id(request_id: str | None) -> Iterator[None]:
+    """Lines logged in this context (and in tasks and copied contexts started from it) carry
+    ``request_id`` for the duration of the ``with`` block."""
+    token = _REQUEST_ID.set(request_id)
+    try:
+        yield
+    finally:
+        _REQUEST_ID.reset(token)
+
+
+def set_request_id(request_id: str | None) -> None:
+    """Bind ``request_id`` for the rest of the current context (an asyncio task that serves one request)."""
+    _REQUEST_ID.set(request_id)
+
+
+class RequestIdFilter(logging.Filter):
+    """Sets ``record.request_id`` (an ``extra`` given by the caller wins, else the bound one) and
+    ``record.request_tag`` (`` [<id>]`` or empty) for the text format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rid = getattr(record, "request_id", None) or _REQUEST_ID.get()
+        record.request_id = rid
+        record.request_tag = f" [{rid}]" if rid else ""
+        return True
+
+
 #: ``scheme://[user]:password@``: the password is replaced, the user name is kept.
 _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):(?P<secret>[^@/\s]+)@")
 
@@ -50,6 +106,15 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """voxcast's text line; a record that passed no :class:`RequestIdFilter` gets no tag."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not hasattr(record, "request_tag"):
+            record.request_tag = ""
+        return super().format(record)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``msg``, the fields a
     record carries in ``record.fields`` (a request's end: see :mod:`voxcast.request_log`), and
@@ -63,6 +128,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        rid = getattr(record, "request_id", None)
+        if rid:
+            out["request_id"] = rid
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)
@@ -90,10 +158,16 @@ def setup_logging(level: str | int | None = None, *, stream: TextIO | None = Non
         if not isinstance(logging.getLevelName(name), int):
             raise ValueError(f"VOXCAST_LOG_LEVEL / --log-level {chosen!r} is not a logging level")
         chosen = name
-    logging.basicConfig(level=chosen, format=_FORMAT, stream=stream or sys.stderr)
     root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig, with voxcast's text formatter
+        console = logging.StreamHandler(stream or sys.stderr)
+        console.setFormatter(TextFormatter(_FORMAT))
+        root.addHandler(console)
+        root.setLevel(chosen)
     for handler in root.handlers:
         if fmt == "json" and not isinstance(handler.formatter, JsonFormatter):
             handler.setFormatter(JsonFormatter())
+        if not any(isinstance(f, RequestIdFilter) for f in handler.filters):
+            handler.addFilter(RequestIdFilter())
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())

@@ -66,6 +66,7 @@ def test_handler_serves_http_for_load_balancing_endpoints(tiny_model_dir: Factor
         PORT=str(port),
         PORT_HEALTH=str(health),
         VOXCAST_HOST="127.0.0.1",
+        VOXCAST_LOG_FORMAT="json",
     )
     with open(tmp_path / "server.log", "wb") as log:
         proc = subprocess.Popen(
@@ -79,16 +80,22 @@ def test_handler_serves_http_for_load_balancing_endpoints(tiny_model_dir: Factor
             r = httpx.post(
                 api + "/v1/audio/speech",
                 json={"input": "Hello.", "voice": "ryan", "response_format": "pcm", "max_frames": 3},
+                headers={"X-Request-Id": "call-42"},
                 timeout=60,
             )
             assert r.status_code == 200 and len(r.content) == 3 * 3840
+            assert r.headers["x-request-id"] == "call-42"
             # the health port answers health only
             assert httpx.get(f"http://127.0.0.1:{health}/v1/models", timeout=5).status_code == 404
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
         finally:
             stop_process(proc)
-    assert b"Traceback" not in (tmp_path / "server.log").read_bytes()
+    log_text = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log_text
+    lines = [json.loads(x) for x in log_text.splitlines() if x.startswith("{")]
+    (line,) = [x for x in lines if x["logger"] == "voxcast.requests"]  # the caller's id names the request
+    assert line["request_id"] == "call-42" and line["entry"] == "http" and line["outcome"] == "ok"
 
 
 def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -128,13 +128,19 @@ def test_runpod_handler_serves_metrics_on_its_port(tiny_model_dir: Factory, tmp_
         "HF_HUB_OFFLINE": "1",
         "VOXCAST_METRICS_PORT": str(port),
         "VOXCAST_METRICS_HOST": "127.0.0.1",
+        "VOXCAST_LOG_FORMAT": "json",
     }
-    with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log"):
+    with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as worker:
         ok = plane.submit({"text": "Hello there.", "voice": "ryan", "max_frames": 4})
         bad = plane.submit({"text": "Hello there.", "voice": "nobody"})
         plane.wait_done(ok, 120)
         plane.wait_done(bad, 120)
         samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        log = worker.log()
+    for job in (ok, bad):  # every line a job's handling logs carries its id, the request line included
+        lines = _json_lines_naming(log, job)
+        assert len(lines) >= 2 and {x.get("request_id") for x in lines} == {job}, lines
+        assert any(x["logger"] == "voxcast.requests" for x in lines)
     models = {dict(k[1]).get("model") for k in samples if k[0] == "voxcast_requests_total"}
     (model,) = models
     assert value(samples, "voxcast_requests_total", entry="runpod", model=model, outcome="ok") == 1
@@ -159,6 +165,7 @@ def test_rq_worker_serves_metrics_on_its_port(
         "VOXCAST_WARMUP": "0",
         "VOXCAST_METRICS_PORT": str(port),
         "VOXCAST_METRICS_HOST": "127.0.0.1",
+        "VOXCAST_LOG_FORMAT": "json",
     }
     cmd = [sys.executable, str(REPO / "worker.py"), "--queues", queue, "--redis-url", redis_url]
     with open(tmp_path / "worker.log", "wb") as log:
@@ -175,7 +182,18 @@ def test_rq_worker_serves_metrics_on_its_port(
     (model,) = models
     assert value(samples, "voxcast_requests_total", entry="rq", model=model, outcome="ok") == 1
     assert value(samples, "voxcast_frames_generated_total") == 4
+    lines = _json_lines_naming((tmp_path / "worker.log").read_text(), job)
+    # every line from the job's start to its end (RQ names the job once before, when it dequeues it)
+    during = [x for x in lines if not x["msg"].endswith(f": {queue}: {job}")]
+    assert len(during) == len(lines) - 1 and {x.get("request_id") for x in during} == {job}, lines
+    assert {"voxcast.requests", "voxcast.serving.rq.jobs", "rq.worker"} <= {x["logger"] for x in during}
     assert value(samples, "voxcast_engine_state", state="ready") == 1
+
+
+def _json_lines_naming(log: str, request_id: str) -> list[dict[str, Any]]:
+    """The JSON log lines whose message names ``request_id``."""
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    return [x for x in lines if request_id in x["msg"]]
 
 
 def test_one_log_line_per_request_in_json_without_the_text(
@@ -215,20 +233,47 @@ def test_log_format_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         setup_logging()
 
 
-def test_json_log_format_in_a_process() -> None:
-    code = (
-        "import logging; from voxcast.logs import setup_logging; setup_logging();"
-        "logging.getLogger('voxcast.x').info('hello %s', 'there');"
-        "logging.getLogger('voxcast.x').warning('redis://:hunter2@host/0 failed')"
-    )
-    env = {**os.environ, "VOXCAST_LOG_FORMAT": "json"}
+_LOG_PROGRAM = """
+import contextvars, logging, threading
+from voxcast.logs import bind_request_id, setup_logging
+setup_logging()
+log = logging.getLogger("voxcast.x")
+log.info("hello %s", "there")
+log.warning("redis://:hunter2@host/0 failed")
+with bind_request_id("job-7"):
+    log.info("inside")
+    t = threading.Thread(target=contextvars.copy_context().run, args=(log.info, "on a thread"))
+    t.start(); t.join()
+    log.info("named", extra={"request_id": "req-9"})
+log.info("after")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_log_lines_in_a_process_carry_the_bound_request_id(fmt: str) -> None:
+    env = {**os.environ, "VOXCAST_LOG_FORMAT": fmt}
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _LOG_PROGRAM], env=env, capture_output=True, text=True, check=True
     ).stderr
+    if fmt == "text":
+        tails = [line.split(" ", 3)[3] for line in out.splitlines()]  # after date, time and level
+        assert tails == [
+            "voxcast.x: hello there",
+            "voxcast.x: redis://:***@host/0 failed",
+            "voxcast.x [job-7]: inside",
+            "voxcast.x [job-7]: on a thread",
+            "voxcast.x [req-9]: named",
+            "voxcast.x: after",
+        ]
+        return
     lines = [json.loads(line) for line in out.splitlines()]
-    assert [(x["level"], x["logger"], x["msg"]) for x in lines] == [
-        ("INFO", "voxcast.x", "hello there"),
-        ("WARNING", "voxcast.x", "redis://:***@host/0 failed"),
+    assert [(x["level"], x["logger"], x["msg"], x.get("request_id")) for x in lines] == [
+        ("INFO", "voxcast.x", "hello there", None),
+        ("WARNING", "voxcast.x", "redis://:***@host/0 failed", None),
+        ("INFO", "voxcast.x", "inside", "job-7"),
+        ("INFO", "voxcast.x", "on a thread", "job-7"),
+        ("INFO", "voxcast.x", "named", "req-9"),
+        ("INFO", "voxcast.x", "after", None),
     ]
 
 

@@ -130,7 +130,12 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     derived = act.stream.request.max_frames is None
     t.runaway = derived and t.finish_reason == "max_frames"
     if t.runaway:
-        log.warning("request %s hit its frame limit (%d): flagged runaway", t.request_id, act.max_frames)
+        log.warning(
+            "request %s hit its frame limit (%d): flagged runaway",
+            t.request_id,
+            act.max_frames,
+            extra={"request_id": t.request_id},
+        )
     if t.pieces > 1 and act.piece_log:
         act.close_piece(t.finish_reason)
         t.extra["pieces"] = act.piece_log

@@ -49,6 +49,12 @@ __all__ = ["Engine"]
 
 log = logging.getLogger(__name__)
 
+
+def _rid(act: Any) -> dict[str, Any]:
+    """``extra`` naming an active stream's request on a line the engine thread logs."""
+    return {"request_id": act.stream.timing.request_id}
+
+
 _IDLE_WAIT_S = 0.25
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
@@ -524,7 +530,11 @@ class Engine:
                     self._active.append(self._start(stream))
             except Exception as e:
                 if not isinstance(e, InvalidRequest):
-                    log.exception("request %s failed to start", stream.timing.request_id)
+                    log.exception(
+                        "request %s failed to start",
+                        stream.timing.request_id,
+                        extra={"request_id": stream.timing.request_id},
+                    )
                 stream._fail(e)
             if playing:  # one prefill per round while others play: they stall by one part at most
                 return
@@ -663,7 +673,11 @@ class Engine:
                     self._prefill_ahead()
                 except Exception as e:
                     act = self._ahead.pop(0)
-                    log.exception("request %s failed to prefill its next piece", act.stream.timing.request_id)
+                    log.exception(
+                        "request %s failed to prefill its next piece",
+                        act.stream.timing.request_id,
+                        extra=_rid(act),
+                    )
                     if act in self._active:
                         self._active.remove(act)
                     act.fail(e)
@@ -678,7 +692,7 @@ class Engine:
             act.stream.timing.prefill_parts += 1
             done = act.generator.prefill_part(limit)
         except Exception as e:
-            log.exception("request %s failed to prefill", act.stream.timing.request_id)
+            log.exception("request %s failed to prefill", act.stream.timing.request_id, extra=_rid(act))
             self._prefilling.pop(0)
             act.fail(e)
             return
@@ -743,7 +757,7 @@ class Engine:
             self._active.remove(act)
             self._finish(act)
         except Exception as e:
-            log.exception("request %s failed", act.stream.timing.request_id)
+            log.exception("request %s failed", act.stream.timing.request_id, extra=_rid(act))
             if act in self._active:
                 self._active.remove(act)
             act.fail(e)

@@ -12,6 +12,7 @@ the HTTP server also gives up on a consumer that stops reading (``stall_s``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -73,7 +74,8 @@ class ThreadPump(Generic[T]):
         self._pending: deque[tuple[str, Any]] = deque()  # touched on the loop thread only
         self._wakeup: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run_in_context, name=name, daemon=True)
+        self._context: contextvars.Context | None = None
         self.items_after_close = 0
         """Items ``source`` produced after :meth:`close` (drained and discarded)."""
         self.t_started = 0.0
@@ -83,8 +85,13 @@ class ThreadPump(Generic[T]):
         """Start the producer thread; must be called from the consuming event loop."""
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
+        self._context = contextvars.copy_context()  # the producer logs under the consumer's request id
         self._thread.start()
         return self
+
+    def _run_in_context(self) -> None:
+        assert self._context is not None
+        self._context.run(self._run)
 
     @property
     def finished(self) -> bool:

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket
 
 from voxcast.errors import VoxcastError
+from voxcast.logs import set_request_id
 from voxcast.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from voxcast.metrics import Metrics
 from voxcast.service import Service
@@ -218,6 +219,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             if header_id and "request_id" not in fields:
                 fields["request_id"] = header_id
             stream = service.synthesize(fields, entry="http")
+            set_request_id(stream.request_id)  # this request's task
             return await open_speech(
                 stream,
                 stream_format,

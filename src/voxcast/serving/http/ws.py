@@ -41,6 +41,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from voxcast.audio.formats import AudioFormat
 from voxcast.engine.request import parse_request
 from voxcast.errors import InvalidRequest, VoxcastError
+from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
 from voxcast.serving.http.errors import error_body, error_for
@@ -328,7 +329,7 @@ class SpeechSocket:
             await self.send({**_err(e), "segment": segment})
             return
         self.current = stream
-        self._loop = asyncio.get_running_loop()
+        set_request_id(stream.request_id)  # the speaker task's lines name the sentence being spoken
         pump: ThreadPump[EncodedChunk] = ThreadPump(
             stream,
             maxsize=self.queue_chunks,

@@ -50,6 +50,7 @@ from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import JOB_ID_PATTERN, Job
 from rq.serializers import JSONSerializer
 
+from voxcast.logs import bind_request_id
 from voxcast.serving.drain import Drain
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.rq.config import QueueConfig
@@ -272,7 +273,7 @@ class VoxcastWorker(SimpleWorker):
         ctx = JobContext(
             self.service, self.queue_config, self.connection, lambda: self._renew_lease(job), self.drain
         )
-        with bind_context(ctx):
+        with bind_context(ctx), bind_request_id(job.id):
             super().execute_job(job, queue)
 
     def get_heartbeat_ttl(self, job: Job) -> int:

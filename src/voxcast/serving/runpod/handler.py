@@ -44,6 +44,7 @@ from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
+from voxcast.logs import set_request_id
 from voxcast.serving.drain import Drain, WorkerShutdown
 from voxcast.serving.pump import ThreadPump
 from voxcast.serving.runpod.config import RunpodConfig
@@ -134,6 +135,7 @@ class RunpodHandler:
         if self.on_job is not None:
             self.on_job()
         job_id = str(job.get("id") or "local")
+        set_request_id(job_id)  # this job's task: every line it logs carries the job id
         data = job.get("input")
         action = data.get("action", "synthesize") if isinstance(data, Mapping) else "synthesize"
         try:
