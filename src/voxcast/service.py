@@ -444,10 +444,11 @@ class Service:
         if s.cancelled:
             es.cancel()
         parts: list[bytes] = []
-        seq = 0
+        seq = held = 0
         for chunk in es:
             data = encoder.encode(chunk.pcm)
-            if not data:
+            held += chunk.frames
+            if not data:  # the encoder holds these samples (resampler or MP3 look-ahead): count them later
                 continue
             parts.append(data)
             yield EncodedChunk(
@@ -455,18 +456,19 @@ class Service:
                 data,
                 req.response_format,
                 req.sample_rate,
-                chunk.frames,
+                held,
                 (chunk.t_emit - t0) * 1000,
             )
             seq += 1
+            held = 0
         try:
             tail = encoder.finish()
-        except ValueError:  # flac/mp3/opus of a stream that produced no audio (e.g. cancelled)
+        except ValueError:  # flac/opus of a stream that produced no audio (e.g. cancelled)
             tail = b""
         if tail:
             parts.append(tail)
             yield EncodedChunk(
-                seq, tail, req.response_format, req.sample_rate, 0, (time.perf_counter() - t0) * 1000
+                seq, tail, req.response_format, req.sample_rate, held, (time.perf_counter() - t0) * 1000
             )
         streamed = b"".join(parts)
         audio_key, error = None, None

@@ -75,6 +75,21 @@ def test_openai_sdk_streams_audio_equal_to_the_service(client: openai.OpenAI, ti
     assert body == _direct(tiny_service, response_format="pcm", **extra)
 
 
+def test_default_mp3_streams_as_it_is_generated(client: openai.OpenAI, tiny_service: Service) -> None:
+    """OpenAI's default format leaves the service chunk by chunk (not one file at the end), and the
+    chunks make the one playable MP3 the server sends."""
+    extra = {"seed": 4, "max_frames": 24, "cache": False, "first_chunk_frames": 2, "chunk_frames": 4}
+    text = {"text": SAY["input"], "voice": SAY["voice"]}
+    chunks = list(tiny_service.synthesize({**text, **extra, "response_format": "mp3"}))
+    assert len(chunks) >= 5 and all(c.data for c in chunks) and sum(c.frames for c in chunks) == 24
+    with client.audio.speech.with_streaming_response.create(**SAY, extra_body=extra) as response:
+        assert response.headers["content-type"] == "audio/mpeg"
+        body = response.read()
+    assert body == b"".join(c.data for c in chunks)
+    audio, rate = sf.read(io.BytesIO(body))
+    assert rate == 24000 and len(audio) >= 24 * 1920
+
+
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "opus", "mulaw"])
 def test_openai_sdk_every_format(client: openai.OpenAI, tiny_service: Service, fmt: str) -> None:
     extra = {"seed": 5, "max_frames": 6, "cache": False}

@@ -114,9 +114,24 @@ def test_lossy_files_decode_to_rate_and_length(fmt: AudioFormat) -> None:
         else:  # libsndfile gives each Ogg stream a random serial number: compare the decoded audio
             np.testing.assert_array_equal(back, sf.read(io.BytesIO(whole), dtype="float32")[0])
         assert rate == sr
-        # decoders may add or drop an encoder-delay's worth of samples (< 60 ms)
-        assert abs(len(back) - len(x) * sr / NATIVE_SAMPLE_RATE) < 0.06 * sr
+        # decoders may add or drop an encoder-delay's worth of samples (< 60 ms); a headerless MP3
+        # stream keeps LAME's delay and padding (< 160 ms at 8 kHz, where a frame is 72 ms)
+        slack = 0.16 if fmt == AudioFormat.MP3 else 0.06
+        assert abs(len(back) - len(x) * sr / NATIVE_SAMPLE_RATE) < slack * sr
         assert 0.05 < float(np.sqrt(np.mean(back**2))) < 0.6
+
+
+def test_mp3_streams_frames_as_it_goes_whatever_the_chunking() -> None:
+    """Bytes leave within the first 150 ms of audio (plain MPEG frames, no header to wait for or
+    patch) and every chunking gives the same file."""
+    x = _speechlike(2.0)
+    for sr in SUPPORTED_SAMPLE_RATES:
+        enc = StreamEncoder(AudioFormat.MP3, sr)
+        assert enc.streamable and enc.content_type == "audio/mpeg"
+        first = enc.encode(x[: NATIVE_SAMPLE_RATE * 15 // 100])  # LAME's look-ahead: < 150 ms at every rate
+        assert first[:2] in (b"\xff\xf3", b"\xff\xfb", b"\xff\xe3")  # an MPEG frame header
+        chunkings = {b"".join(_stream(AudioFormat.MP3, sr, x, seed=s)) for s in range(3)}
+        assert chunkings == {encode_file(x, AudioFormat.MP3, sr)}
 
 
 def test_opus_rejects_rates_it_cannot_carry() -> None:
@@ -135,6 +150,7 @@ def test_encoder_attributes_and_lifecycle() -> None:
     assert (enc.file_content_type, enc.file_extension) == ("audio/wav", "wav")
     opus = StreamEncoder(AudioFormat.OPUS, 24000)
     assert not opus.streamable and opus.file_extension == "opus"
+    assert StreamEncoder(AudioFormat.MP3, 8000).streamable
     enc.finish()
     with pytest.raises(RuntimeError):
         enc.encode(np.zeros(10, np.float32))
@@ -148,8 +164,9 @@ def test_empty_streams() -> None:
     assert len(hdr) == 44
     assert sf.info(io.BytesIO(stream_to_file(AudioFormat.WAV, 16000, hdr))).frames == 0
     assert StreamEncoder(AudioFormat.PCM, 8000).finish() == b""
+    assert StreamEncoder(AudioFormat.MP3, 24000).finish() == b""  # no audio, no frames
     with pytest.raises(ValueError):
-        StreamEncoder(AudioFormat.MP3, 24000).finish()
+        StreamEncoder(AudioFormat.FLAC, 24000).finish()
 
 
 def test_int16_input_is_accepted() -> None:

@@ -9,9 +9,11 @@ Protocol (one response = one format at one sample rate):
 * ``mulaw`` / ``alaw``: streamed chunks are raw G.711 bytes (one byte per sample, no header), as a
   telephony media stream expects. The complete (stored) object is a WAV file with format tag 7
   (mu-law) or 6 (A-law), 8 bits per sample, which phone systems and players open.
-* ``flac`` / ``mp3`` / ``opus`` (Ogg Opus): not streamable here. :meth:`StreamEncoder.encode` returns
+* ``mp3``: MPEG audio frames as LAME completes them (:mod:`voxcast.audio.mp3`: CBR, no info frame);
+  the chunks concatenate to the complete file.
+* ``flac`` / ``opus`` (Ogg Opus): not streamable here. :meth:`StreamEncoder.encode` returns
   ``b""`` and :meth:`StreamEncoder.finish` returns the whole file, identical to :func:`encode_file`.
-  (libsndfile patches the MP3 info frame and FLAC header on close and writes no Ogg pages before it.)
+  (libsndfile patches the FLAC header on close and writes no Ogg pages before it.)
   FLAC and MP3 output is deterministic; each Ogg Opus file gets a random stream serial number from
   libsndfile, so two encodings of the same audio differ in bytes but decode identically.
 
@@ -37,6 +39,7 @@ from voxcast.audio.formats import (
     file_extension,
     stream_content_type,
 )
+from voxcast.audio.mp3 import Mp3Encoder
 from voxcast.audio.pcm import alaw_encode, float_to_int16, mulaw_encode, to_float32
 from voxcast.audio.resample import StreamResampler, resample
 from voxcast.audio.wav import WavCodec, file_header, finalize_stream, stream_header
@@ -51,7 +54,6 @@ _WAV_CODECS = {
 
 _SOUNDFILE = {
     AudioFormat.FLAC: ("FLAC", "PCM_16"),
-    AudioFormat.MP3: ("MP3", "MPEG_LAYER_III"),
     AudioFormat.OPUS: ("OGG", "OPUS"),
 }
 
@@ -67,7 +69,7 @@ def _raw_bytes(fmt: AudioFormat, x: np.ndarray) -> bytes:
 
 
 def _soundfile_bytes(fmt: AudioFormat, x: np.ndarray, sample_rate: int) -> bytes:
-    """A whole flac/mp3/opus file via libsndfile (FLAC gets our int16 rounding, lossy codecs floats)."""
+    """A whole flac/opus file via libsndfile (FLAC gets our int16 rounding, Opus floats)."""
     if len(x) == 0:
         raise ValueError(f"cannot encode an empty {fmt} file")
     container, subtype = _SOUNDFILE[fmt]
@@ -112,6 +114,7 @@ class StreamEncoder:
         self._pending: list[np.ndarray] = []
         self._header_sent = False
         self._finished = False
+        self._mp3 = Mp3Encoder(sample_rate) if self.format == AudioFormat.MP3 else None
 
     def encode(self, pcm: np.ndarray) -> bytes:
         """Encode the next chunk of audio.
@@ -134,16 +137,18 @@ class StreamEncoder:
         """Flush the resampler and end the stream.
 
         Returns:
-            The last bytes (streamable formats) or the whole file (flac/mp3/opus).
+            The last bytes (streamable formats) or the whole file (flac/opus).
 
         Raises:
             RuntimeError: called twice.
-            ValueError: a flac/mp3/opus stream that received no audio.
+            ValueError: a flac/opus stream that received no audio.
         """
         if self._finished:
             raise RuntimeError("StreamEncoder.finish() called twice")
         tail = self._emit(self._resampler.flush())
         self._finished = True
+        if self._mp3 is not None:
+            return tail + self._mp3.finish()
         if self.streamable:
             return tail
         x = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
@@ -151,6 +156,8 @@ class StreamEncoder:
         return _soundfile_bytes(self.format, x, self.sample_rate)
 
     def _emit(self, x: np.ndarray) -> bytes:
+        if self._mp3 is not None:
+            return self._mp3.encode(x)
         if not self.streamable:
             self._pending.append(x)
             return b""
@@ -172,7 +179,7 @@ def encode_file(
     Args:
         pcm_native: 1-D float32 (or int16) samples at ``input_rate``.
         format: output format: ``pcm`` gives raw s16le; ``wav`` a PCM16 WAV; ``mulaw``/``alaw`` a
-            G.711 WAV (format tag 7/6); ``flac``, ``mp3`` and ``opus`` (Ogg) via libsndfile.
+            G.711 WAV (format tag 7/6); ``mp3`` via LAME; ``flac`` and ``opus`` (Ogg) via libsndfile.
         sample_rate: output rate.
         input_rate: rate of ``pcm_native`` (native 24 kHz by default).
 
@@ -180,11 +187,14 @@ def encode_file(
         The file bytes.
 
     Raises:
-        ValueError: unsupported rate for the format, or empty audio for flac/mp3/opus.
+        ValueError: unsupported rate for the format, or empty audio for flac/opus.
     """
     fmt = AudioFormat(format)
     check_format_rate(fmt, sample_rate)
     x = resample(to_float32(pcm_native), input_rate, sample_rate)
+    if fmt == AudioFormat.MP3:
+        mp3 = Mp3Encoder(sample_rate)
+        return mp3.encode(x) + mp3.finish()
     if fmt in _SOUNDFILE:
         return _soundfile_bytes(fmt, x, sample_rate)
     data = _raw_bytes(fmt, x)

@@ -44,10 +44,12 @@ class AudioFormat(StrEnum):
     OPUS = "opus"
 
 
-STREAMABLE_FORMATS = frozenset({AudioFormat.PCM, AudioFormat.WAV, AudioFormat.MULAW, AudioFormat.ALAW})
-"""Formats whose bytes can be sent as they are produced. flac/mp3/opus are encoded whole at the end
-(libsndfile patches the MP3 info frame and the FLAC header on close, and writes no Ogg pages until
-close), so their single chunk arrives when the stream finishes."""
+STREAMABLE_FORMATS = frozenset(
+    {AudioFormat.PCM, AudioFormat.WAV, AudioFormat.MULAW, AudioFormat.ALAW, AudioFormat.MP3}
+)
+"""Formats whose bytes can be sent as they are produced. flac/opus are encoded whole at the end
+(libsndfile patches the FLAC header on close and writes no Ogg pages until close), so their single
+chunk arrives when the stream finishes."""
 
 _EXTENSIONS = {
     AudioFormat.PCM: "pcm",
