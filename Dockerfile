@@ -46,6 +46,14 @@ COPY src ./src
 # hadolint ignore=DL3013
 RUN pip install ".[serve]" \
     && python -c "import torch, voxcast, runpod; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+# voxcast's C++ CPU kernels, compiled here once (~30 s) instead of at every cold start; the runtime
+# stage loads the built library and needs no compiler. The kernels pick AVX-512 VNNI or AVX2 at run
+# time, so the build machine's CPU does not matter.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ python3.11-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && VOXCAST_KERNEL_DIR=/opt/voxcast-kernels voxcast build-kernels
 
 # ---------------------------------------------------------------- weights: snapshot of MODEL_ID
 FROM build AS weights
@@ -69,6 +77,7 @@ LABEL org.opencontainers.image.title="voxcast-runpod" \
 RUN groupadd --system --gid 10001 voxcast \
     && useradd --system --uid 10001 --gid voxcast --home-dir /app --shell /usr/sbin/nologin voxcast
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/voxcast-kernels /opt/voxcast-kernels
 COPY --from=weights --chown=root:root /models/model /models/model
 WORKDIR /app
 COPY --chown=root:root handler.py ./
@@ -80,6 +89,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     VOXCAST_MODEL=/models/model \
     VOXCAST_DEVICE=auto \
     VOXCAST_STORAGE_DIR=/data/store \
+    VOXCAST_KERNEL_DIR=/opt/voxcast-kernels \
     VOXCAST_LOG_LEVEL=INFO \
     RUNPOD_LOG_LEVEL=INFO
 USER 10001:10001

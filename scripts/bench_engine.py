@@ -107,6 +107,17 @@ def one_frame_codec_ms(engine: Engine, voice: Any, reps: int = 5) -> float:
     return statistics.median(out)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (every figure names its CPU)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine_info() -> dict[str, Any]:
     """What a benchmark JSON records about where it ran."""
     return {

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import checkpoint, machine_info  # noqa: E402
+from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
 from tests.fixtures.http_server import running  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
@@ -123,16 +122,6 @@ def together(fn: Any, target: str, n: int, frames: int, seed0: int) -> list[dict
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> int:

@@ -15,8 +15,9 @@ Metric names (all prefixed ``voxcast_``):
   ``voice_cache_lookups_total{result}``, ``voice_builds_total``, ``storage_errors_total``;
 - gauges ``streams_active``, ``streams_prefilling``, ``streams_waiting``, ``engine_state{state}``
   (1 for the current one of loading, warming, ready, failed, draining), ``load_seconds``,
-  ``warmup_seconds``; counters ``engine_steps_total`` and ``engine_step_rows_total`` (their ratio is
-  the mean batch size).
+  ``warmup_seconds``, ``startup_seconds{part}`` (``ready``: process start to ready; ``before_load``,
+  ``load``, ``kernels``, ``warmup``); counters ``engine_steps_total`` and ``engine_step_rows_total``
+  (their ratio is the mean batch size).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily("voxcast_engine_step_rows", "rows in those steps", value=stats["step_rows"])
         yield GaugeMetricFamily("voxcast_load_seconds", "model load time", value=engine.load_ms / 1000)
         yield GaugeMetricFamily("voxcast_warmup_seconds", "warm-up time", value=engine.warmup_ms / 1000)
+        if m.startup is not None:
+            parts = GaugeMetricFamily(
+                "voxcast_startup_seconds",
+                "the process's cold start: ready (process start to ready) and its parts",
+                labels=["part"],
+            )
+            for part, ms in m.startup.to_dict().items():
+                parts.add_metric([part.removesuffix("_ms")], ms / 1000)
+            yield parts
 
 
 class Metrics:
@@ -90,6 +100,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.engine: Any = None
         self.model = ""
+        #: The process's cold start (a :class:`voxcast.startup.Startup`), once it is ready.
+        self.startup: Any = None
         self.phase = "loading"
         r = self.registry
         self.requests = Counter(

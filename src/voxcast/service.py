@@ -15,6 +15,7 @@ are reported in ``result.cache_error``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -34,6 +35,7 @@ from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
 from voxcast.metrics import Metrics, outcome
 from voxcast.request_log import log_request
+from voxcast.startup import Startup, process_start_unix
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
@@ -162,6 +164,20 @@ def _close_late_hit(hit: CachedStream | None) -> None:
         hit.close()
 
 
+def _startup(t_begin: float, engine: Engine) -> Startup:
+    """The start of this process up to now (ready)."""
+    from voxcast.kernels import native
+
+    t0 = process_start_unix()
+    return Startup(
+        ready_ms=(time.time() - t0) * 1000,
+        before_load_ms=max(0.0, t_begin - t0) * 1000,
+        load_ms=engine.load_ms,
+        warmup_ms=engine.warmup_ms,
+        kernels_ms=native.last_load_s * 1000,
+    )
+
+
 class ServiceStream(Iterator[EncodedChunk]):
     """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
 
@@ -243,6 +259,9 @@ class Service:
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
+        #: This process's cold start (:meth:`load` fills it in); its first request reports it.
+        self.startup: Startup | None = None
+        self._startup_told = threading.Lock()
         self.metrics = metrics or Metrics()
         self.metrics.attach(engine, engine.identity)
         engine.on_phase = self._engine_phase
@@ -258,13 +277,18 @@ class Service:
 
         ``metrics``: the process's metrics (made before loading, so they report the loading state).
         """
+        t_begin = time.time()
         store = open_store(config.storage)
         metrics = metrics or Metrics()
 
         def warming() -> None:
             metrics.phase = "warming"
 
-        return cls.assemble(config, Engine.load(config.engine, on_warmup=warming), store, metrics)
+        service = cls.assemble(config, Engine.load(config.engine, on_warmup=warming), store, metrics)
+        service.startup = _startup(t_begin, service.engine)
+        metrics.startup = service.startup
+        log.info("ready %.0f ms after the process started: %s", service.startup.ready_ms, service.startup)
+        return service
 
     @classmethod
     def assemble(
@@ -372,6 +396,8 @@ class Service:
         t0 = s.t_start = time.perf_counter()
         req = s.request
         timing = s._timing = Timing(request_id=s.request_id)
+        if self.startup is not None and self._startup_told.acquire(blocking=False):  # the first request
+            timing.extra["startup"] = self.startup.to_dict()
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
         if req.cache and self.cache.cacheable(req):

@@ -129,3 +129,24 @@ def test_the_service_reports_the_phases_and_drops_voice_prompts(
         assert service.metrics.phase == "ready" and engine.loads == loads + 1
     finally:
         service.close()
+
+
+@pytest.mark.gpu
+def test_an_unload_on_cuda_gives_the_device_memory_back(tiny_model_dir: Factory) -> None:
+    import torch
+
+    torch.cuda.empty_cache()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    engine = Engine.load(
+        EngineConfig(
+            model=str(tiny_model_dir("custom_voice")), device="cuda", warmup=False, idle_unload_s=1.0
+        )
+    )
+    try:
+        wait_until(lambda: engine.unloads == 1, timeout_s=60, what="the first idle unload")
+        # what the engine held is given back, the allocator's cache included
+        assert torch.cuda.memory_allocated() <= allocated and torch.cuda.memory_reserved() <= reserved
+        _, timing = _say(engine)
+        assert timing.cold and torch.cuda.memory_allocated() > allocated
+    finally:
+        engine.close()

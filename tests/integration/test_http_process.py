@@ -106,6 +106,16 @@ def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str
     return proc, f"http://127.0.0.1:{port}"
 
 
+def _speaking(api: str, text: str, max_frames: int) -> ClientConnection:
+    """A WebSocket whose sentence ``text`` has started."""
+    ws = connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30)
+    ws.send(json.dumps({"type": "config", "voice": "ryan", "max_frames": max_frames, "seed": 3}))
+    ws.send(json.dumps({"type": "text", "text": text}))
+    ws.send(json.dumps({"type": "flush"}))
+    assert json.loads(ws.recv(timeout=60))["type"] == "started"
+    return ws
+
+
 def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
     for line in lines:
         if line.startswith("data: "):
@@ -119,11 +129,7 @@ def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_p
     proc, api = _serve(env, tmp_path / "serve.log")
     try:
         _wait_ready(api + "/ping", proc)
-        ws = connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30)
-        ws.send(json.dumps({"type": "config", "voice": "ryan", "max_frames": 12, "seed": 3}))
-        ws.send(json.dumps({"type": "text", "text": "Still speaking."}))
-        ws.send(json.dumps({"type": "flush"}))
-        assert json.loads(ws.recv(timeout=60))["type"] == "started"
+        ws = _speaking(api, "Still speaking.", max_frames=12)
         speech = {"input": "Hello.", "voice": "ryan", "max_frames": 24, "seed": 1, "response_format": "pcm"}
         speech["stream_format"] = "sse"
         with httpx.stream("POST", api + "/v1/audio/speech", json=speech, timeout=60) as r:
@@ -171,11 +177,7 @@ def test_streams_open_at_the_drain_deadline_end_with_shutdown(
     long = {"input": "Hello.", "voice": "ryan", "max_frames": 8000, "seed": 1, "response_format": "pcm"}
     try:
         _wait_ready(api + "/ping", proc)
-        ws = connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30)
-        ws.send(json.dumps({"type": "config", "voice": "ryan", "max_frames": 8000, "seed": 3}))
-        ws.send(json.dumps({"type": "text", "text": "A long sentence."}))
-        ws.send(json.dumps({"type": "flush"}))
-        assert json.loads(ws.recv(timeout=60))["type"] == "started"
+        ws = _speaking(api, "A long sentence.", max_frames=8000)
         with (
             httpx.stream(
                 "POST", api + "/v1/audio/speech", json={**long, "stream_format": "sse"}, timeout=60

@@ -175,13 +175,25 @@ def test_rq_worker_serves_metrics_on_its_port(
         job = client.enqueue({"text": "Hello there.", "voice": "ryan", "max_frames": 4})
         result = client.wait(job, timeout_s=120)
         assert result["timing"]["frames"] == 4, result
+        # the process's first request reports its cold start, split into its parts
+        startup = result["timing"]["extra"]["startup"]
+        assert startup["ready_ms"] >= startup["before_load_ms"] + startup["load_ms"] > 0
+        assert startup["warmup_ms"] == 0  # VOXCAST_WARMUP=0
+        later = client.wait(
+            client.enqueue({"text": "Again.", "voice": "ryan", "max_frames": 2}), timeout_s=60
+        )
+        assert "startup" not in later["timing"]["extra"]
         samples = scrape(f"http://127.0.0.1:{port}/metrics")
     finally:
         stop_process(proc, timeout_s=20)
     models = {dict(k[1]).get("model") for k in samples if k[0] == "voxcast_requests_total"}
     (model,) = models
-    assert value(samples, "voxcast_requests_total", entry="rq", model=model, outcome="ok") == 1
-    assert value(samples, "voxcast_frames_generated_total") == 4
+    assert value(samples, "voxcast_requests_total", entry="rq", model=model, outcome="ok") == 2
+    assert value(samples, "voxcast_frames_generated_total") == 6
+    assert value(samples, "voxcast_startup_seconds", part="ready") == pytest.approx(
+        startup["ready_ms"] / 1000, abs=1e-3
+    )
+    assert value(samples, "voxcast_startup_seconds", part="load") > 0
     lines = _json_lines_naming((tmp_path / "worker.log").read_text(), job)
     # every line from the job's start to its end (RQ names the job once before, when it dequeues it)
     during = [x for x in lines if not x["msg"].endswith(f": {queue}: {job}")]

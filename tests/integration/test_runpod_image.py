@@ -46,6 +46,15 @@ def test_cuda_runtime_base_and_cuda_torch_from_the_pytorch_index() -> None:
     assert build.index("torch==") < build.index('pip install ".[serve]"')
 
 
+def test_cpu_kernels_are_built_into_the_image_not_at_start_up() -> None:
+    build = " ".join(_instructions("build"))
+    runtime = " ".join(_instructions("runtime"))
+    assert "VOXCAST_KERNEL_DIR=/opt/voxcast-kernels voxcast build-kernels" in build
+    assert build.index('pip install ".[serve]"') < build.index("voxcast build-kernels")
+    assert "COPY --from=build /opt/voxcast-kernels /opt/voxcast-kernels" in runtime
+    assert "VOXCAST_KERNEL_DIR=/opt/voxcast-kernels" in runtime
+
+
 def test_weights_are_baked_at_build_time_from_a_build_arg() -> None:
     weights = " ".join(_instructions("weights"))
     assert "ARG MODEL_ID=" in weights and "snapshot_download" in weights and '"${MODEL_ID}"' in weights

@@ -52,6 +52,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+last_load_s: float = 0.0
+"""How long :func:`load` took in this process (a build, ~20 s, or loading a built library; 0: not run)."""
+
 #: The C++ source.
 SOURCE = Path(__file__).with_name("int8_kernel.cpp")
 #: Built into the same library: fused element-wise steps of a decode layer (:mod:`voxcast.models.qwen3_tts.accel.decode_ops`).
@@ -98,21 +101,28 @@ def load() -> bool:
         from torch.utils import cpp_extension
 
         where = build_dir()
-        where.mkdir(parents=True, exist_ok=True)
-        cpp_extension.load(
-            name="voxcast_int8_" + where.name.split("-", 1)[1],
-            sources=[str(s) for s in _SOURCES],
-            extra_cflags=list(CFLAGS),
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(where),
-            is_python_module=False,
-            verbose=False,
-        )
+        name = "voxcast_int8_" + where.name.split("-", 1)[1]
+        built = where / f"{name}.so"
+        if built.is_file():  # built before (``voxcast build-kernels``, an image): no compiler needed
+            torch.ops.load_library(str(built))
+        else:
+            where.mkdir(parents=True, exist_ok=True)
+            cpp_extension.load(
+                name=name,
+                sources=[str(s) for s in _SOURCES],
+                extra_cflags=list(CFLAGS),
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(where),
+                is_python_module=False,
+                verbose=False,
+            )
         ok = bool(torch.ops.voxcast.int8_supported())
     except Exception as e:  # no compiler or ninja, a read-only cache, ...: fall back, loudly
         logger.warning("int8 decode kernel unavailable (%s: %s); using PyTorch's", type(e).__name__, e)
         return False
-    logger.info("int8 decode kernel loaded in %.1f s from %s", time.perf_counter() - t0, where)
+    global last_load_s
+    last_load_s = time.perf_counter() - t0
+    logger.info("int8 decode kernel loaded in %.1f s from %s", last_load_s, where)
     return ok
 
 

@@ -20,6 +20,7 @@ __all__ = ["main"]
 _MODULES = (
     "voxcast.serving.cli.synth",
     "voxcast.serving.cli.testmodel",
+    "voxcast.serving.cli.kernels",
     "voxcast.serving.cli.queue",
     "voxcast.serving.cli.store",
     "voxcast.serving.http.main",

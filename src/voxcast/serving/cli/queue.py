@@ -195,9 +195,8 @@ def _reachable(url: str, timeout_s: float = 3.0) -> None:
 # -- worker ------------------------------------------------------------------------------------------
 def run_worker(args: argparse.Namespace) -> int:
     """Load the service, then serve jobs until stopped (SIGTERM/SIGINT: warm shutdown)."""
-    from voxcast.service import ServiceConfig
     from voxcast.serving.rq.config import connect
-    from voxcast.serving.rq.worker import VoxcastWorker
+    from voxcast.serving.rq.worker import VoxcastWorker, worker_service_config
 
     env = dict(os.environ)
     for flag, name in _MODEL_FLAGS:
@@ -211,7 +210,7 @@ def run_worker(args: argparse.Namespace) -> int:
         connection=connection,
         name=args.name,
         queue_config=config,
-        service_config=ServiceConfig.from_env(env),
+        service_config=worker_service_config(env),
     )
     try:
         worker.work(burst=args.burst, max_jobs=args.max_jobs, logging_level=None)

@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -60,7 +60,7 @@ from voxcast.serving.rq.jobs import ALLOWED_CALLBACKS, ALLOWED_FUNCTIONS, JobCon
 if TYPE_CHECKING:
     from voxcast.service import Service, ServiceConfig
 
-__all__ = ["STATE_FIELD", "JobRejected", "VoxcastJob", "VoxcastWorker"]
+__all__ = ["STATE_FIELD", "JobRejected", "VoxcastJob", "VoxcastWorker", "worker_service_config"]
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +191,9 @@ class VoxcastWorker(SimpleWorker):
     def load_service(self) -> Service:
         """Load and warm the service (once), recording load and warm-up time."""
         if self._service is None:
-            from voxcast.service import Service, ServiceConfig
+            from voxcast.service import Service
 
-            config = self._service_config or ServiceConfig.from_env(os.environ)
+            config = self._service_config or worker_service_config(os.environ)
             metrics = serve_metrics(os.environ)
             t0 = time.perf_counter()
             self._service = Service.load(config, metrics)
@@ -287,6 +287,15 @@ class VoxcastWorker(SimpleWorker):
         self._last_renewal = now
         if self.execution is not None:
             self.maintain_heartbeats(job)
+
+
+def worker_service_config(env: Mapping[str, str]) -> ServiceConfig:
+    """The service settings of a worker: ``VOXCAST_*`` with one stream at a time by default (a worker
+    runs one job at a time, so warm-up records and calibrates batch size 1 only, which cuts its cold
+    start; ``VOXCAST_MAX_ACTIVE`` set explicitly still wins)."""
+    from voxcast.service import ServiceConfig
+
+    return ServiceConfig.from_env({**env, "VOXCAST_MAX_ACTIVE": env.get("VOXCAST_MAX_ACTIVE") or "1"})
 
 
 def _apply_defaults(kwargs: dict[str, Any], config: QueueConfig) -> None:

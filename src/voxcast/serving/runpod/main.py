@@ -72,7 +72,11 @@ def main(env: Mapping[str, str] | None = None) -> int:
         from voxcast.service import Service, ServiceConfig
 
         config = RunpodConfig.from_env(env)
-        service = Service.load(ServiceConfig.from_env(env), serve_metrics(env))
+        # the engine runs at most as many streams as the SDK runs jobs: warm up those batch sizes only
+        batch = env.get("VOXCAST_MAX_ACTIVE") or str(config.concurrency)
+        service = Service.load(
+            ServiceConfig.from_env({**env, "VOXCAST_MAX_ACTIVE": batch}), serve_metrics(env)
+        )
         redis_client = _redis_client(config.redis_url) if config.redis_url else None
     except Exception:
         log.exception("voxcast runpod worker: start-up failed; exiting")
