@@ -13,9 +13,14 @@ streaming jobs one after another and measures at the fake control plane:
   take -> handler start (the SDK's dispatch) and handler start -> first yield;
 * the engine's own time to first audio (``timing.ttfa_ms``) for comparison.
 
+* the queue path as a remote client sees it (``--client-jobs``): jobs submitted with the SDK's own
+  client (``runpod.Endpoint(...).run()``, then ``Job.stream()``, which polls ``/stream`` after a 1 s
+  sleep each time), first audio at that client against the engine's own first audio of the same job.
+  A load-balancing endpoint (``VOXCAST_ENDPOINT_TYPE=http``) sends it at once: scripts/bench_http.py.
+
 Prints p50/p95 and writes ``bench-results/runpod.json``.
 
-    python scripts/bench_runpod.py [--jobs 20] [--frames 16] [--model DIR] [--concurrency 1]
+    python scripts/bench_runpod.py [--jobs 20] [--frames 16] [--model DIR] [--concurrency 1] [--client-jobs 5]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-from tests.fixtures.runpod_control_plane import FakeControlPlane, running_worker  # noqa: E402
+from tests.fixtures.runpod_control_plane import API_KEY, FakeControlPlane, running_worker  # noqa: E402
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -84,6 +89,25 @@ def _job_figures(rec: Any) -> dict[str, list[float]]:
     }
 
 
+def client_jobs(plane: FakeControlPlane, request: dict[str, Any], n: int) -> dict[str, list[float]]:
+    """``n`` jobs through the SDK's client, one after another: first audio at the client (from
+    ``run()`` to the first output of ``stream()``) and the engine's own first audio of the job."""
+    import runpod
+
+    runpod.endpoint_url_base = plane.url + "/v2"  # read when the client is made
+    endpoint = runpod.Endpoint("voxcast", api_key=API_KEY)
+    out: dict[str, list[float]] = {"sdk_client_first_audio_ms": [], "sdk_client_engine_ttfa_ms": []}
+    for _ in range(n):
+        t0 = time.perf_counter()
+        job = endpoint.run(request)
+        for _output in job.stream():
+            out["sdk_client_first_audio_ms"].append((time.perf_counter() - t0) * 1000)
+            break
+        final = plane.wait_done(job.job_id, 300).outputs[-1]
+        out["sdk_client_engine_ttfa_ms"].append(float(final["timing"]["ttfa_ms"]))
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     model = _model_dir(args.model)
     request = {
@@ -116,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for job in ids:
                     for name, values in _job_figures(plane.wait_done(job, 300)).items():
                         figures.setdefault(name, []).extend(values)
+            figures.update(client_jobs(plane, request, args.client_jobs))
     return {
         "benchmark": "runpod_handler",
         "machine": {
@@ -143,6 +168,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=1, help="VOXCAST_RUNPOD_CONCURRENCY")
     p.add_argument("--threads", type=int, default=1, help="torch threads in the worker")
     p.add_argument("--model", default=None, help="checkpoint dir (default: the tiny test checkpoint)")
+    p.add_argument("--client-jobs", type=int, default=5, help="jobs through the SDK's polling client")
     p.add_argument("--out", default=str(REPO / "bench-results" / "runpod.json"))
     args = p.parse_args()
     result = run(args)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.runpod_control_plane import FakeControlPlane, WorkerProcess, running_worker
+from tests.fixtures.runpod_control_plane import API_KEY, FakeControlPlane, WorkerProcess, running_worker
 
 pytest.importorskip("runpod")
 
@@ -79,6 +79,21 @@ def test_yields_arrive_incrementally_and_done_carries_the_aggregate(worker: Work
     assert rec.t_done is not None and rec.t_done - recv[0] > 0.3
     assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
     assert not plane.unauthorized
+
+
+def test_the_sdks_client_submits_and_polls_the_stream_of_a_queue_endpoint(
+    worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runpod.Endpoint`` against the fake's client API (what bench_runpod.py measures the queue path
+    with): every yield reaches the polling client, in order, and the job ends COMPLETED."""
+    import runpod
+
+    plane = worker.plane
+    monkeypatch.setattr(runpod, "endpoint_url_base", plane.url + "/v2")  # read when the client is made
+    endpoint = runpod.Endpoint("voxcast", api_key=API_KEY)
+    job = endpoint.run({"n": 3, "sleep": 0.1})
+    assert [o["seq"] for o in job.stream()] == [0, 1, 2]
+    assert job.status() == "COMPLETED" and plane.jobs[job.job_id].t_done is not None
 
 
 def test_yielded_error_fails_the_job_with_its_str(worker: WorkerProcess) -> None:
