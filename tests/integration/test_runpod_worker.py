@@ -189,11 +189,14 @@ def test_sigterm_mid_job_lets_it_finish_within_the_drain_then_exits_0(
         # ~10 s of the tiny model's frames: still running when the signal lands
         job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 1200, "seed": 1, "chunk_frames": 8})
         plane.wait_streams(job, 2, 60)
+        children = _children(w.proc.pid)
+        assert children  # the SDK's heartbeat process
         w.proc.send_signal(signal.SIGTERM)
         rec = plane.wait_done(job, 120)
         assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == 1200
         assert w.proc.wait(timeout=60) == 0
         assert "draining: 1 in flight, deadline 600 s" in w.log()
+        assert not [pid for pid in children if _alive(pid)]  # none outlives the worker
 
 
 def test_a_job_running_at_the_drain_deadline_ends_with_shutdown_and_the_worker_exits_0(
@@ -208,3 +211,20 @@ def test_a_job_running_at_the_drain_deadline_ends_with_shutdown_and_the_worker_e
         error = json.loads(rec.done["error"])
         assert error["code"] == "shutdown" and "drain deadline" in error["message"]
         assert len(rec.streams) >= 2 and w.proc.wait(timeout=60) == 0
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of ``pid`` (Linux)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for an init that does not reap counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
