@@ -4,8 +4,8 @@ For each model (``--sizes``: tiny and/or 0.6b random CustomVoice checkpoints, bu
 as bench_engine.py does) and precision (``--quants``: none = float32, int8), every process type in
 ``--types`` is started fresh and timed from outside:
 
-* ``http``: ``voxcast serve``; ready = ``/ping`` answers 200; first audio = the first body byte of a
-  pcm ``/v1/audio/speech`` sent at once.
+* ``http``: ``voxcast serve``; ready = ``/ping`` answers 200; first audio = the first audio event of
+  a pcm ``/v1/audio/speech`` (``stream_format: sse``, whose done event carries the timing) sent at once.
 * ``rq``: ``python worker.py`` against a redis-server of its own; ready = the worker registered; first
   audio = the first ``chunk`` entry of a job enqueued at once (from the enqueue).
 * ``runpod``: ``python handler.py`` in production mode against the loopback fake control plane; ready
@@ -116,18 +116,18 @@ def run_http(model: Path, quant: str, tmp: Path) -> dict[str, Any]:
 
     try:
         t_ready = _wait(ready, proc, "http")
-        body = {**REQUEST, "input": TEXT}
+        body = {**REQUEST, "input": TEXT, "stream_format": "sse"}
         del body["text"]
+        t_first, events = 0.0, []
         with httpx.stream("POST", api + "/v1/audio/speech", json=body, timeout=300) as r:
-            parts = r.iter_raw()
-            assert next(parts)
-            t_first = time.monotonic()
-            for _ in parts:
-                pass
-        startup = _startup_from_log(tmp / "http.log")
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    t_first = t_first or time.monotonic()
+                    events.append(json.loads(line[6:]))
     finally:
         stop_process(proc, 30)
-    return {"spawn_to_ready_s": t_ready - t0, "spawn_to_first_audio_s": t_first - t0, **startup}
+    startup = events[-1]["timing"]["extra"]["startup"]
+    return {"spawn_to_ready_s": t_ready - t0, "spawn_to_first_audio_s": t_first - t0, **_parts(startup)}
 
 
 def run_rq(model: Path, quant: str, tmp: Path) -> dict[str, Any]:
@@ -183,16 +183,6 @@ def run_runpod(model: Path, quant: str, tmp: Path) -> dict[str, Any]:
 
 def _parts(startup: dict[str, float]) -> dict[str, float]:
     return {f"{k.removesuffix('_ms')}_s": round(v / 1000, 3) for k, v in startup.items()}
-
-
-def _startup_from_log(log: Path) -> dict[str, float]:
-    """The split the HTTP server logged when ready (its first request's timing is in the body's SSE
-    variant only; the log line carries the same figures)."""
-    for line in log.read_text(errors="replace").splitlines():
-        if "after the process started: Startup(" in line:
-            fields = line.split("Startup(", 1)[1].rstrip(")")
-            return _parts({k: float(v) for k, v in (f.split("=") for f in fields.split(", "))})
-    return {}
 
 
 RUNNERS = {"http": run_http, "rq": run_rq, "runpod": run_runpod}

@@ -31,9 +31,7 @@ __all__ = [
     "JsonFormatter",
     "RedactingFilter",
     "RequestIdFilter",
-    "TextFormatter",
     "bind_request_id",
-    "current_request_id",
     "redact",
     "set_request_id",
     "setup_logging",
@@ -42,11 +40,6 @@ __all__ = [
 _FORMAT = "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"
 
 _REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("voxcast_request_id", default=None)
-
-
-def current_request_id() -> str | None:
-    """The request id bound in this context, if any."""
-    return _REQUEST_ID.get()
 
 
 @contextlib.contextmanager
@@ -106,15 +99,6 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-class TextFormatter(logging.Formatter):
-    """voxcast's text line; a record that passed no :class:`RequestIdFilter` gets no tag."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        if not hasattr(record, "request_tag"):
-            record.request_tag = ""
-        return super().format(record)
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``msg``, the fields a
     record carries in ``record.fields`` (a request's end: see :mod:`voxcast.request_log`), and
@@ -159,9 +143,9 @@ def setup_logging(level: str | int | None = None, *, stream: TextIO | None = Non
             raise ValueError(f"VOXCAST_LOG_LEVEL / --log-level {chosen!r} is not a logging level")
         chosen = name
     root = logging.getLogger()
-    if not root.handlers:  # as logging.basicConfig, with voxcast's text formatter
+    if not root.handlers:  # as logging.basicConfig (its RequestIdFilter, added below, sets request_tag)
         console = logging.StreamHandler(stream or sys.stderr)
-        console.setFormatter(TextFormatter(_FORMAT))
+        console.setFormatter(logging.Formatter(_FORMAT))
         root.addHandler(console)
         root.setLevel(chosen)
     for handler in root.handlers:

@@ -31,6 +31,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
+from voxcast.startup import Startup
+
 __all__ = ["CONTENT_TYPE", "STATES", "Metrics", "outcome"]
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.engine: Any = None
         self.model = ""
-        #: The process's cold start (a :class:`voxcast.startup.Startup`), once it is ready.
-        self.startup: Any = None
+        #: The process's cold start, once it is ready (``Service.load``); its first request reports it.
+        self.startup: Startup | None = None
         self.phase = "loading"
         r = self.registry
         self.requests = Counter(

@@ -259,9 +259,7 @@ class Service:
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
-        #: This process's cold start (:meth:`load` fills it in); its first request reports it.
-        self.startup: Startup | None = None
-        self._startup_told = threading.Lock()
+        self._startup_told = threading.Lock()  # the first request reports the process's cold start
         self.metrics = metrics or Metrics()
         self.metrics.attach(engine, engine.identity)
         engine.on_phase = self._engine_phase
@@ -285,9 +283,8 @@ class Service:
             metrics.phase = "warming"
 
         service = cls.assemble(config, Engine.load(config.engine, on_warmup=warming), store, metrics)
-        service.startup = _startup(t_begin, service.engine)
-        metrics.startup = service.startup
-        log.info("ready %.0f ms after the process started: %s", service.startup.ready_ms, service.startup)
+        metrics.startup = _startup(t_begin, service.engine)
+        log.info("ready %.0f ms after the process started: %s", metrics.startup.ready_ms, metrics.startup)
         return service
 
     @classmethod
@@ -396,8 +393,9 @@ class Service:
         t0 = s.t_start = time.perf_counter()
         req = s.request
         timing = s._timing = Timing(request_id=s.request_id)
-        if self.startup is not None and self._startup_told.acquire(blocking=False):  # the first request
-            timing.extra["startup"] = self.startup.to_dict()
+        startup = self.metrics.startup  # set once :meth:`load` is done
+        if startup is not None and self._startup_told.acquire(blocking=False):  # the first request
+            timing.extra["startup"] = startup.to_dict()
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
         if req.cache and self.cache.cacheable(req):

@@ -13,17 +13,29 @@ import contextlib
 import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
+from voxcast.envvars import env_float
 from voxcast.errors import VoxcastError
 
-__all__ = ["SHUTDOWN", "Drain", "WorkerShutdown"]
+__all__ = ["DEFAULT_DRAIN_S", "SHUTDOWN", "Drain", "WorkerShutdown", "drain_seconds"]
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN = "shutdown"
 """The error code / cancel reason of work cut at the drain deadline."""
+
+DEFAULT_DRAIN_S = 30.0
+"""``VOXCAST_DRAIN_S`` when unset."""
+
+
+def drain_seconds(env: Mapping[str, str]) -> float:
+    """``VOXCAST_DRAIN_S``: how long work in flight may go on after SIGTERM/SIGINT (>= 0).
+
+    Raises:
+        ValueError: malformed or negative, naming the variable.
+    """
+    return env_float(env, "VOXCAST_DRAIN_S", DEFAULT_DRAIN_S, lo=0.0)
 
 
 class WorkerShutdown(VoxcastError):
@@ -49,11 +61,7 @@ class Drain:
         self._work: dict[int, Callable[[str], None]] = {}
         self._ids = itertools.count()
         self._idle = threading.Condition(self._lock)
-        self._begun_at: float | None = None
-
-    @property
-    def begun(self) -> bool:
-        return self._begun_at is not None
+        self.begun = False
 
     @property
     def reason(self) -> str:
@@ -63,9 +71,9 @@ class Drain:
     def begin(self) -> bool:
         """Start draining (once; later calls do nothing and return False)."""
         with self._lock:
-            if self._begun_at is not None:
+            if self.begun:
                 return False
-            self._begun_at = time.monotonic()
+            self.begun = True
             active = len(self._work)
         if self.on_begin is not None:
             self.on_begin()
@@ -92,11 +100,6 @@ class Drain:
             with self._lock:
                 self._work.pop(key, None)
                 self._idle.notify_all()
-
-    @property
-    def active(self) -> int:
-        with self._lock:
-            return len(self._work)
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Until no work is tracked; False if ``timeout_s`` passed first."""

@@ -26,8 +26,7 @@ from typing import Any
 
 import uvicorn
 
-from voxcast.envvars import env_float
-from voxcast.serving.drain import Drain
+from voxcast.serving.drain import Drain, drain_seconds
 from voxcast.serving.exit import die
 from voxcast.serving.http.config import HttpConfig
 
@@ -69,7 +68,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
     env = os.environ if env is None else env
     http = HttpConfig.from_env(env) if http is None else http
     service_config = ServiceConfig.from_env(env)
-    drain_s = env_float(env, "VOXCAST_DRAIN_S", 30.0, lo=0.0)
+    drain_s = drain_seconds(env)
     holder = ServiceHolder()
     app = create_app(holder, http)
 

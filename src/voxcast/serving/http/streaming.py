@@ -159,17 +159,11 @@ async def open_speech(
         "Cache-Control": "no-cache",
         "X-Voxcast-TTFA-Ms": f"{first.t_ms:.1f}" if first is not None else "",
     }
-    shutdown: list[str] = []
-
-    def stop_for_shutdown(reason: str) -> None:  # the drain's thread
-        shutdown.append(reason)
-        stream.cancel()
-
-    tracked = drain.track(stop_for_shutdown) if drain is not None else contextlib.nullcontext()
+    parts = _Body(stream, pump, first, counters, drain)
     if stream_format == "sse":
-        body, media = _sse_body(stream, pump, first, counters, tracked, shutdown), "text/event-stream"
+        body, media = _sse_body(parts), "text/event-stream"
     else:
-        body = _audio_body(stream, pump, first, counters, tracked, shutdown)
+        body = _audio_body(parts)
         media = stream_content_type(req.response_format, req.sample_rate)
     response = _Response(body, on_close, media_type=media, headers=headers)
     responses.append(response)
@@ -178,64 +172,74 @@ async def open_speech(
     return response
 
 
-def _finished(stream: ServiceStream, pump: ThreadPump[EncodedChunk], counters: Counters) -> None:
-    """Count a stream that ran to its end (the service logs its line, voxcast.request_log)."""
-    if pump.stalled:
-        raise ConnectionAbortedError(f"request {stream.request_id}: the client stopped reading")
-    counters.completed += 1
+@dataclass
+class _Body:
+    """What one response body streams: the service stream, the pump it comes through, the chunk the
+    route already waited for, the server's counters, and the drain that may cut it (``shutdown``: the
+    reason, once the drain deadline did)."""
+
+    stream: ServiceStream
+    pump: ThreadPump[EncodedChunk]
+    first: EncodedChunk | None
+    counters: Counters
+    drain: Drain | None
+    shutdown: str | None = None
+
+    def tracked(self) -> contextlib.AbstractContextManager[Any]:
+        """Registration with the drain while the body streams."""
+        return self.drain.track(self._stop) if self.drain is not None else contextlib.nullcontext()
+
+    def _stop(self, reason: str) -> None:  # the drain's thread
+        self.shutdown = reason
+        self.stream.cancel()
+
+    def finished(self) -> None:
+        """Count a stream that ran to its end (the service logs its line, voxcast.request_log)."""
+        if self.pump.stalled:
+            raise ConnectionAbortedError(f"request {self.stream.request_id}: the client stopped reading")
+        self.counters.completed += 1
 
 
-async def _audio_body(
-    stream: ServiceStream,
-    pump: ThreadPump[EncodedChunk],
-    first: EncodedChunk | None,
-    counters: Counters,
-    tracked: contextlib.AbstractContextManager[Any],
-    shutdown: list[str],
-) -> AsyncIterator[bytes]:
-    if first is not None:
-        yield first.data
+async def _audio_body(b: _Body) -> AsyncIterator[bytes]:
+    if b.first is not None:
+        yield b.first.data
     try:
-        with tracked:
-            async for chunk in pump:
+        with b.tracked():
+            async for chunk in b.pump:
                 yield chunk.data
     except Exception as e:
-        counters.error(error_for(e).code)
-        log.exception("request %s failed after its first audio; connection aborted", stream.request_id)
+        b.counters.error(error_for(e).code)
+        log.exception("request %s failed after its first audio; connection aborted", b.stream.request_id)
         raise
-    if shutdown:
-        counters.error(SHUTDOWN)
-        log.warning("request %s: %s; connection closed before the body's end", stream.request_id, shutdown[0])
+    if b.shutdown is not None:
+        b.counters.error(SHUTDOWN)
+        log.warning(
+            "request %s: %s; connection closed before the body's end", b.stream.request_id, b.shutdown
+        )
         raise asyncio.CancelledError  # uvicorn closes the connection without the body's last chunk
-    _finished(stream, pump, counters)
+    b.finished()
 
 
-async def _sse_body(
-    stream: ServiceStream,
-    pump: ThreadPump[EncodedChunk],
-    first: EncodedChunk | None,
-    counters: Counters,
-    tracked: contextlib.AbstractContextManager[Any],
-    shutdown: list[str],
-) -> AsyncIterator[bytes]:
-    if first is not None:
-        yield _delta(first)
+async def _sse_body(b: _Body) -> AsyncIterator[bytes]:
+    stream = b.stream
+    if b.first is not None:
+        yield _delta(b.first)
     try:
-        with tracked:
-            async for chunk in pump:
+        with b.tracked():
+            async for chunk in b.pump:
                 yield _delta(chunk)
-        if shutdown:
-            raise WorkerShutdown(shutdown[0])
+        if b.shutdown is not None:
+            raise WorkerShutdown(b.shutdown)
     except Exception as e:
         err = error_for(e)
-        counters.error(err.code)
+        b.counters.error(err.code)
         if isinstance(e, WorkerShutdown):
             log.warning("request %s: %s", stream.request_id, e.message)
         else:
             log.exception("request %s failed after its first audio", stream.request_id)
         yield _sse({"type": "error", **error_body(err.status, err.message, err.code, err.field)})
         return
-    _finished(stream, pump, counters)
+    b.finished()
     done: dict[str, Any] = {
         "type": "speech.audio.done",
         "usage": _usage(stream),

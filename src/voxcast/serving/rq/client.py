@@ -131,13 +131,15 @@ class QueueClient:
         ``current_job``, ``queues``, ``last_heartbeat`` (ISO 8601) and ``pid``."""
         from rq import Worker
 
+        from voxcast.serving.rq.worker import STATE_FIELD
+
         out, seen = [], set()
         for name in self.config.queues:
             for w in Worker.all(connection=self.redis, queue=self.queue(name)):
                 if w.name in seen:
                     continue
                 seen.add(w.name)
-                raw = self.redis.hget(w.key, "voxcast_state")
+                raw = self.redis.hget(w.key, STATE_FIELD)
                 out.append(
                     {
                         "name": w.name,

@@ -28,6 +28,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from voxcast.envvars import env_float, env_int
+from voxcast.serving.drain import DEFAULT_DRAIN_S, drain_seconds
 from voxcast.serving.rq.stream import (
     DEFAULT_LIVE_TTL_S,
     DEFAULT_MAXLEN,
@@ -72,9 +73,6 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 
 DEFAULT_CANCEL_TTL_S = 3600
 """Lifetime of a ``voxcast:cancel:<job id>`` flag."""
-
-DEFAULT_DRAIN_S = 30.0
-"""After SIGTERM/SIGINT, how long the running job may go on before it is cancelled (reason shutdown)."""
 
 DEFAULT_REDIS_RETRIES = 20
 """Retries of a Redis command on connection errors (jittered backoff up to 1 s: ~10-15 s outage)."""
@@ -168,7 +166,7 @@ class QueueConfig:
             ),
             cancel_ttl_s=_int(env, "VOXCAST_CANCEL_TTL_S", DEFAULT_CANCEL_TTL_S),
             redis_retries=_int(env, "VOXCAST_REDIS_RETRIES", DEFAULT_REDIS_RETRIES),
-            drain_s=_float(env, "VOXCAST_DRAIN_S", DEFAULT_DRAIN_S),
+            drain_s=drain_seconds(env),
         )
 
     def with_overrides(self, **changes: Any) -> QueueConfig:

@@ -27,8 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from voxcast.envvars import env_float
-from voxcast.serving.drain import Drain
+from voxcast.serving.drain import Drain, drain_seconds
 from voxcast.serving.exit import die
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
@@ -89,7 +88,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         service.metrics.phase = "draining"
         threading.Thread(target=_exit_after_drain, args=(handler,), name="voxcast-drain", daemon=True).start()
 
-    handler.drain = Drain(env_float(env, "VOXCAST_DRAIN_S", 30.0, lo=0.0), on_begin=draining)
+    handler.drain = Drain(drain_seconds(env), on_begin=draining)
     handler.on_job = lambda: _chain_signals(handler.drain)
     if is_local(env, sys.argv[1:]):
         return run_local(handler, sys.argv[1:], Path.cwd())
