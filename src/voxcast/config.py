@@ -127,6 +127,9 @@ class EngineConfig:
             the engine releases its weights and caches (on CUDA, the allocator's cache too) and the
             next request loads and warms it again, once, however many arrive together
             (``VOXCAST_IDLE_UNLOAD_S``, 0 = never: a GPU shared with other services).
+        text_wait_s: a stream whose text arrives in pieces (``Engine.open``) and gets no new text for
+            this long is ended cleanly: its text is taken as complete, it speaks to its end and
+            reports ``finish_reason`` "text_timeout" (``VOXCAST_TEXT_WAIT_S``, 30).
         burst_admit: while no admitted stream has produced a frame yet, admit every waiting request
             and prefill it whole, so that requests arriving together start together
             (``VOXCAST_BURST_ADMIT``, on); off, they are admitted one per round like later arrivals.
@@ -153,6 +156,7 @@ class EngineConfig:
     burst_admit: bool = True
     piece_chars: int = DEFAULT_PIECE_CHARS
     idle_unload_s: float = 0.0
+    text_wait_s: float = 30.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
 
@@ -215,6 +219,7 @@ class EngineConfig:
             burst_admit=env_bool(env, "VOXCAST_BURST_ADMIT", d.burst_admit),
             piece_chars=env_int(env, "VOXCAST_PIECE_CHARS", d.piece_chars),
             idle_unload_s=env_float(env, "VOXCAST_IDLE_UNLOAD_S", d.idle_unload_s, lo=0.0),
+            text_wait_s=env_float(env, "VOXCAST_TEXT_WAIT_S", d.text_wait_s, lo=0.1),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
         )

@@ -28,8 +28,9 @@ from voxcast.audio.wav import data_span
 from voxcast.cache import AudioCache, CachedStream
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.request import MAX_TEXT_CHARS, SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.timing import Timing
 from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
@@ -40,6 +41,7 @@ from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
 from voxcast.storage.keys import validate_key
+from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
 
 __all__ = ["EncodedChunk", "Service", "ServiceConfig", "ServiceStream", "SynthesisResult"]
@@ -182,9 +184,16 @@ class ServiceStream(Iterator[EncodedChunk]):
     """Lazy iterator of encoded chunks (from the engine or from the cache); see the module docstring."""
 
     def __init__(
-        self, service: Service, request: SynthesisRequest, store: bool, entry: str = "python"
+        self,
+        service: Service,
+        request: SynthesisRequest,
+        store: bool,
+        entry: str = "python",
+        feed: TextFeed | None = None,
     ) -> None:
         self.request = request
+        #: Text that arrives in pieces (:meth:`Service.open`), else None.
+        self.feed = feed
         #: The entry point that opened it (metrics label): http, websocket, runpod, rq, cli, python.
         self.entry = entry
         self.request_id = request.request_id or uuid.uuid4().hex
@@ -234,6 +243,22 @@ class ServiceStream(Iterator[EncodedChunk]):
             )
         except Exception:
             log.exception("request %s: recording its metrics or log line failed", self.request_id)
+
+    def push(self, delta: str | bytes) -> None:
+        """Add text to a stream from :meth:`Service.open` (thread-safe; before or while iterating).
+
+        Raises:
+            InvalidRequest: not an open stream, its text is complete, or it grew too long ("text").
+        """
+        if self.feed is None:
+            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
+        self.feed.push(delta)
+
+    def close_text(self) -> None:
+        """The text of a stream from :meth:`Service.open` is complete (thread-safe, idempotent)."""
+        if self.feed is None:
+            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
+        self.feed.close()
 
     def cancel(self) -> None:
         """Stop (thread-safe): the engine stops within one frame; a cache read stops at its next chunk."""
@@ -389,6 +414,32 @@ class Service:
             raise
         return ServiceStream(self, req, self.config.store_audio if store is None else store, entry)
 
+    def open(
+        self,
+        request: Mapping[str, Any] | SynthesisRequest,
+        *,
+        store: bool | None = None,
+        entry: str = "python",
+    ) -> ServiceStream:
+        """A lazy stream whose text arrives in pieces: ``push(delta)`` as it comes, ``close_text()``
+        at its end (see :meth:`Engine.open <voxcast.engine.engine.Engine.open>`). ``request`` holds the
+        voice and settings; its ``text`` is optional (the first piece). Never served from the audio
+        cache (the text is not known up front); the render is stored like any other.
+
+        Raises:
+            InvalidRequest: bad settings (model-dependent errors come from iteration).
+        """
+        try:
+            req, initial = parse_open_request(request)
+        except InvalidRequest as e:
+            self.metrics.request_ended(entry, None, e)
+            log_request("", entry, self.metrics.model, None, None, e.code)
+            raise
+        feed = TextFeed(MAX_TEXT_CHARS)
+        if initial:
+            feed.push(initial)
+        return ServiceStream(self, req, self.config.store_audio if store is None else store, entry, feed)
+
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
         t0 = s.t_start = time.perf_counter()
         req = s.request
@@ -398,7 +449,7 @@ class Service:
             timing.extra["startup"] = startup.to_dict()
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
-        if req.cache and self.cache.cacheable(req):
+        if s.feed is None and req.cache and self.cache.cacheable(req):
             key = self.cache.key_for(req, model_identity=self.engine.identity, voice=voice_key or None)
             hit = self._cache_open(key, timing)
             if hit is not None:
@@ -461,7 +512,7 @@ class Service:
     ) -> Iterator[EncodedChunk]:
         req = s.request
         encoder = StreamEncoder(req.response_format, req.sample_rate)
-        es = self.engine.synthesize(req, voice)
+        es = self.engine.synthesize(req, voice) if s.feed is None else self.engine.open(req, voice, s.feed)
         es.timing = timing
         es.t_origin = t0  # first audio and total count from the request's arrival, voice included
         s._engine_stream = es
@@ -495,6 +546,8 @@ class Service:
                 seq, tail, req.response_format, req.sample_rate, held, (time.perf_counter() - t0) * 1000
             )
         streamed = b"".join(parts)
+        if s.feed is not None:  # the text as spoken, for the request log and the result
+            s.request = req = req.model_copy(update={"text": normalize_text(s.feed.snapshot()[0])})
         audio_key, error = None, None
         if timing.finish_reason != "cancelled" and (s._store or key is not None):
             audio_key, error = self._persist(

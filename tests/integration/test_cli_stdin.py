@@ -1,4 +1,5 @@
-"""``voxcast synth --stdin``: text piped in as it arrives, each sentence spoken once complete."""
+"""``voxcast synth --stdin``: text piped in as it arrives, fed word by word into one utterance
+(the default) or each sentence spoken once complete (``--text-mode sentences``)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def test_sentences_are_spoken_as_the_text_arrives(tiny_model_dir: Factory, tmp_path: Path) -> None:
     out = tmp_path / "out.wav"
     proc = subprocess.Popen(
-        _cmd(tiny_model_dir("custom_voice"), str(out)),
+        _cmd(tiny_model_dir("custom_voice"), str(out), "--text-mode", "sentences"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -54,14 +55,23 @@ def test_sentences_are_spoken_as_the_text_arrives(tiny_model_dir: Factory, tmp_p
     assert proc.returncode == 0, stderr.decode()[-2000:]
     later = [json.loads(x) for x in stderr.splitlines() if x.startswith(b"{")]
     assert [s["chars"] for s in later] == [len("How are you?"), len("Fine, thanks。")]
-    assert json.loads(stdout)["sentences"] == 3
+    assert json.loads(stdout)["segments"] == 3
     audio, rate = sf.read(out, dtype="int16")  # a proper WAV file: sizes filled in at the end
     assert rate == 24000 and len(audio) == 3 * 4 * 1920
 
 
 def test_raw_audio_to_stdout(tiny_model_dir: Factory, tmp_path: Path) -> None:
     done = subprocess.run(
-        _cmd(tiny_model_dir("custom_voice"), "-", "--format", "mulaw", "--sample-rate", "8000"),
+        _cmd(
+            tiny_model_dir("custom_voice"),
+            "-",
+            "--format",
+            "mulaw",
+            "--sample-rate",
+            "8000",
+            "--text-mode",
+            "sentences",
+        ),
         input=b"One. Two.",
         capture_output=True,
         env=_env(tmp_path),
@@ -70,6 +80,32 @@ def test_raw_audio_to_stdout(tiny_model_dir: Factory, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert len(done.stdout) == 2 * 4 * 640  # two sentences of 4 frames, 8 kHz mu-law
+
+
+def test_words_are_spoken_as_they_arrive_in_one_utterance(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    cmd = _cmd(tiny_model_dir("custom_voice"), "-", "--format", "pcm")
+    cmd[cmd.index("--max-frames") + 1] = "40"
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=REPO,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"Hello there, how are")  # no sentence is complete yet
+    proc.stdin.flush()
+    first = proc.stdout.read(1920 * 2)  # audio of the first words while the rest is unwritten
+    assert len(first) == 1920 * 2
+    proc.stdin.write(b" you? Fine, thanks" + "。".encode()[:2])  # a split multi-byte character
+    proc.stdin.flush()
+    stdout, stderr = proc.communicate(input="。".encode()[2:], timeout=120)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    lines = [json.loads(x) for x in stderr.splitlines() if x.startswith(b"{")]
+    assert lines[0]["utterance"] == 0 and lines[0]["chars"] == len("Hello there, how are you? Fine, thanks。")
+    assert lines[0]["frames"] == 40 and lines[-1]["segments"] == 1
+    assert len(first) + len(stdout) == 40 * 1920 * 2
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""``/v1/audio/speech/stream`` with a real ``websockets`` client: text deltas, marks, barge-in, fixed
-telephony frames, errors, auth, disconnects; uvicorn on a free loopback port, tiny CustomVoice model."""
+"""``/v1/audio/speech/stream`` with a real ``websockets`` client: text deltas (as one utterance fed
+word by word, or sentence by sentence), marks, barge-in, fixed telephony frames, errors, auth,
+disconnects; uvicorn on a free loopback port, tiny CustomVoice model."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -21,7 +23,15 @@ from voxcast.text.split import split_sentences
 
 Factory = Callable[[str], Path]
 KEY = "sk-ws"
-CONFIG = {"type": "config", "voice": "ryan", "seed": 5, "max_frames": 4, "cache": False}
+CONFIG = {
+    "type": "config",
+    "voice": "ryan",
+    "seed": 5,
+    "max_frames": 4,
+    "cache": False,
+    "text_mode": "sentences",
+}
+WORDS = {**CONFIG, "text_mode": "words", "max_frames": 40}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +70,7 @@ def _audio(msgs: list[Any]) -> bytes:
 
 def _offline(service: Service, text: str, **config: Any) -> bytes:
     """Each sentence of ``text`` through the service directly, concatenated."""
-    fields = {k: v for k, v in {**CONFIG, **config}.items() if k not in ("type", "frame_ms")}
+    fields = {k: v for k, v in {**CONFIG, **config}.items() if k not in ("type", "frame_ms", "text_mode")}
     return b"".join(
         b"".join(
             c.data
@@ -181,6 +191,8 @@ def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: st
         assert error_for(json.dumps({**CONFIG, "response_format": "mp3"}))["param"] == "response_format"
         assert error_for(json.dumps({**CONFIG, "frame_ms": "20"}))["param"] == "frame_ms"
         assert error_for(json.dumps({**CONFIG, "seed": -1}))["param"] == "seed"
+        assert error_for(json.dumps({**CONFIG, "text_mode": "letters"}))["param"] == "text_mode"
+        assert error_for(json.dumps({**WORDS, "non_streaming_text": True}))["param"] == "non_streaming_text"
         ws.send(json.dumps({**CONFIG, "voice": "nobody"}))
         ws.send(json.dumps({"type": "text", "text": "Hi."}))
         ws.send(json.dumps({"type": "flush"}))
@@ -235,3 +247,75 @@ def test_unspoken_text_is_bounded(url: str) -> None:
         assert "unspoken" in errors[0]["message"]
         ws.send(json.dumps({"type": "close"}))
         _read_until(ws, "closed")
+
+
+def _pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.int32)
+
+
+def _whole(service: Service, text: str, **config: Any) -> bytes:
+    """``text`` sent whole through the service in the streaming-text layout the words mode uses."""
+    fields = {k: v for k, v in {**WORDS, **config}.items() if k not in ("type", "frame_ms", "text_mode")}
+    request = {**fields, "response_format": "pcm", "text": text, "non_streaming_text": False}
+    return b"".join(c.data for c in service.synthesize(request))
+
+
+@pytest.mark.parametrize("split_seed", [0, 1, 2])
+def test_words_mode_speaks_the_utterance_exactly_as_sent_whole(
+    url: str, service: Service, split_seed: int
+) -> None:
+    rng = random.Random(split_seed)
+    cuts = sorted(rng.sample(range(1, len(TEXT)), 20))
+    deltas = [TEXT[a:b] for a, b in zip([0, *cuts], [*cuts, len(TEXT)], strict=True)]
+    opened = Recorder(service)
+    try:
+        with _open(url) as ws:
+            ws.send(json.dumps(WORDS))
+            for d in deltas:
+                ws.send(json.dumps({"type": "text", "text": d}))
+            ws.send(json.dumps({"type": "flush"}))
+            msgs = _read_until(ws, "segment_done")
+            ws.send(json.dumps({"type": "close"}))
+            _read_until(ws, "closed")
+        result = ended(opened.streams[0])
+    finally:
+        opened.restore()
+    started = _events(msgs, "started")
+    assert len(started) == 1 and started[0]["chars"] is None  # one utterance, its text still arriving
+    assert _events(msgs, "segment_done")[0]["timing"]["frames"] == 40
+    got, want = _pcm(_audio(msgs)), _pcm(_whole(service, TEXT))
+    # the same frames (seeded); the decoder's chunking moves a sample by at most one 16-bit step
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1
+    assert opened.streams[0].request.text == TEXT  # the text as spoken, for the request log
+    assert result.timing.extra["text_in_pieces"]["tokens"] > 10
+
+
+def test_words_mode_utterances_marks_and_barge_in(url: str, service: Service) -> None:
+    opened = Recorder(service)
+    try:
+        with _open(url) as ws:
+            ws.send(json.dumps(WORDS))
+            ws.send(json.dumps({"type": "text", "text": "One and"}))
+            ws.send(json.dumps({"type": "text", "text": " two."}))
+            ws.send(json.dumps({"type": "mark", "name": "m1"}))  # ends the utterance
+            ws.send(json.dumps({"type": "text", "text": "Three."}))
+            ws.send(json.dumps({"type": "flush"}))
+            first = _read_until(ws, "mark")
+            second = _read_until(ws, "segment_done")
+            assert len(_events(first, "segment_done")) == 1 and _audio(first)
+            assert first[-1] == {"type": "mark", "name": "m1"} and _audio(second)
+            # barge-in while an utterance waits for more text
+            ws.send(json.dumps({**WORDS, "max_frames": 3000}))
+            ws.send(json.dumps({"type": "text", "text": "A long reply that keeps "}))
+            _read_until(ws, "chunk")
+            ws.send(json.dumps({"type": "clear"}))
+            _read_until(ws, "cleared")
+            ws.send(json.dumps(WORDS))
+            ws.send(json.dumps({"type": "text", "text": "New."}))
+            ws.send(json.dumps({"type": "close"}))
+            rest = _read_until(ws, "closed")
+        assert len(_events(rest, "started")) == 1 and rest[-1]["segments"] == 4
+        barged = ended(opened.streams[2])
+        assert barged.timing.finish_reason == "cancelled" and barged.timing.frames < 3000
+    finally:
+        opened.restore()

@@ -15,7 +15,7 @@ import torch
 
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import playback_stalls
-from voxcast.models.base import FrameGenerator, StreamingDecoder
+from voxcast.models.base import FrameGenerator, OpenPrompt, StreamingDecoder
 
 __all__ = ["Active", "fill_final_timing", "next_chunk_frames", "ramp_frames"]
 
@@ -55,6 +55,13 @@ class Active:
     #: One record per piece spoken so far (the current one last), and finished pieces' stage times.
     piece_log: list[dict[str, Any]] = field(default_factory=list)
     stage_totals: dict[str, float] = field(default_factory=dict)
+    #: Text arriving in pieces: the prompt it feeds, the feed version it has seen, when the stream
+    #: began waiting for text (None: not waiting), how long and how often it waited.
+    prompt: OpenPrompt | None = None
+    seen: int = -1
+    wait_since: float | None = None
+    wait_s: float = 0.0
+    waits: int = 0
 
     def close_piece(self, finish_reason: str) -> None:
         """Complete the current piece's record (its frames and why it ended)."""
@@ -126,6 +133,8 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
     t.stalls, stall_s = playback_stalls(act.emits, act.durations)
     t.stall_ms = stall_s * 1000
     t.finish_reason = reason or gen.finish_reason or "eos"
+    if t.finish_reason == "eos" and t.extra.get("text_timeout"):
+        t.finish_reason = "text_timeout"  # spoke to its end after its text stopped arriving
     # Hitting a limit the caller set is what they asked for; hitting the derived one is a runaway.
     derived = act.stream.request.max_frames is None
     t.runaway = derived and t.finish_reason == "max_frames"
@@ -140,5 +149,11 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
         act.close_piece(t.finish_reason)
         t.extra["pieces"] = act.piece_log
         t.runaway = t.runaway or (derived and any(p["finish_reason"] == "max_frames" for p in act.piece_log))
+    if act.prompt is not None:
+        t.extra["text_in_pieces"] = {
+            "tokens": act.prompt.text_tokens,
+            "waits": act.waits,
+            "wait_ms": round(act.wait_s * 1000, 1),
+        }
     if keep_codes and act.codes:
         t.extra["codes"] = torch.cat(act.codes).tolist()

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,13 +37,15 @@ from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.memory import rss_mb, trim_heap
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
-from voxcast.engine.request import SynthesisRequest, parse_request
+from voxcast.engine.request import MAX_TEXT_CHARS, SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.runtime_info import runtime_choices
 from voxcast.engine.stream import SynthesisStream
+from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.errors import EngineUnavailable, InvalidRequest
-from voxcast.models.base import FrameGenerator, LoadOptions, TTSModel
+from voxcast.models.base import FrameGenerator, LoadOptions, OpenPrompt, TTSModel
 from voxcast.models.registry import load_model
+from voxcast.text.normalize import normalize_text
 from voxcast.text.split import plan_chunks
 
 __all__ = ["Engine"]
@@ -64,6 +67,15 @@ _CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 # the run 3.3-3.6x; with OMP_WAIT_POLICY=PASSIVE the gap vanished, i.e. the generating thread's
 # OpenMP team spin-waits for a core the single busy decode thread holds. Default (active) was fastest.
 _DECODE_TORCH_THREADS = 0
+
+
+@dataclass
+class _Opening:
+    """An admitted stream whose text has not yet decided its prefill (text arriving in pieces)."""
+
+    stream: SynthesisStream
+    prompt: OpenPrompt
+    seen: int = -1
 
 
 def _close_at_exit(ref: weakref.ref[Engine]) -> None:
@@ -123,6 +135,9 @@ class Engine:
         self._active: list[Active] = []
         self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
         self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
+        self._opening: list[_Opening] = []  # text in pieces: admitted, waiting for the prefill's text
+        #: Set whenever the scheduler may have work: a request queued, text pushed, a stream cancelled.
+        self._wake = threading.Event()
         self._stopping = threading.Event()
         #: Batched model steps run, and the rows they held (rows / steps = the mean batch size).
         self.steps = 0
@@ -284,7 +299,14 @@ class Engine:
     def _maybe_unload(self) -> None:
         """On the scheduler thread: release the model after ``idle_unload_s`` without activity."""
         idle_s = self.config.idle_unload_s
-        if not idle_s or self._model is None or self._active or self._prefilling or self._ahead:
+        if (
+            not idle_s
+            or self._model is None
+            or self._active
+            or self._prefilling
+            or self._ahead
+            or self._opening
+        ):
             return
         if time.monotonic() - self._last_active < idle_s:
             return
@@ -344,7 +366,38 @@ class Engine:
         """
         req = parse_request(request)
         prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
-        return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare)
+        return SynthesisStream(
+            req, voice, self._submit, lambda: self.alive, prepare, on_cancel=self._wake.set
+        )
+
+    def open(
+        self, request: SynthesisRequest | dict[str, Any], voice: Any = None, feed: TextFeed | None = None
+    ) -> SynthesisStream:
+        """Start (lazily) a synthesis whose text arrives in pieces (an LLM's tokens).
+
+        ``request`` carries the voice and settings; its ``text`` (optional) is the first piece.
+        Push the rest with ``stream.push(delta)`` and end it with ``stream.close_text()``; iterate the
+        stream (on another thread, or between pushes) for its chunks. Where the model takes text as it
+        comes (Qwen3-TTS's streaming-text layout, the default here for every voice mode), audio
+        starts once the text decides the prefill (the first complete word; an ICL clone needs the
+        words aligned with its reference), and with the same seed the frames equal those of the whole
+        text at once, whatever the pieces. A stream whose next frame needs a word not yet complete
+        waits without a frame step; one that gets no text for ``config.text_wait_s`` ends cleanly
+        (finish reason "text_timeout"). ``feed``: a caller's own :class:`TextFeed` (the service
+        creates it before the stream starts); its text up front comes before ``request``'s text.
+
+        Raises:
+            InvalidRequest: bad settings (later, from iteration: the model cannot take text in pieces
+                with these settings, e.g. ``non_streaming_text=True``).
+        """
+        req, initial = parse_open_request(request)
+        prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
+        if feed is None:
+            feed = TextFeed(MAX_TEXT_CHARS)
+        if initial:
+            feed.push(initial)
+        feed.on_change = self._wake.set
+        return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare, feed, self._wake.set)
 
     def create_voice(
         self, audio: bytes, ref_text: str | None, x_vector_only: bool = False, *, prefix: bool = True
@@ -404,6 +457,7 @@ class Engine:
         _, cold = self._hold(queue_it)
         with self._users_lock:
             self._users -= 1  # the queued stream keeps the model loaded from here on
+        self._wake.set()
         stream.timing.cold = stream.timing.cold or cold
 
     # -- warm-up ---------------------------------------------------------------------------------
@@ -484,10 +538,14 @@ class Engine:
         try:
             with torch.inference_mode():
                 while not self._stopping.is_set():
+                    self._wake.clear()  # before looking: a wake-up from here on is not lost
                     self._admit()
+                    self._feed_text()  # after admitting: a new stream's text decides its prefill now
                     self._maybe_unload()
                     self._prefill_part()
                     self._advance_all()
+                    if not self._runnable() and self._pending.empty():
+                        self._wake.wait(_IDLE_WAIT_S)
         except BaseException:  # the thread must not die silently
             log.exception("engine scheduler crashed")
             raise
@@ -496,6 +554,8 @@ class Engine:
             err = EngineUnavailable("the engine stopped")
             for act in self._active + self._prefilling:
                 act.fail(err)
+            for opening in self._opening:
+                opening.stream._fail(err)
             while True:
                 try:
                     self._pending.get_nowait()._fail(err)
@@ -517,14 +577,16 @@ class Engine:
             busy = bool(self._active or self._prefilling)
             playing = busy and not (self.config.burst_admit and self._nobody_playing())
             try:
-                stream = self._pending.get_nowait() if busy else self._pending.get(timeout=_IDLE_WAIT_S)
+                stream = self._pending.get_nowait()
             except queue.Empty:
                 return
             if stream.cancelled:
                 self._finish_cancelled(stream)
                 continue
             try:
-                if playing and self.config.prefill_chunk:
+                if stream.feed is not None:
+                    self._open(stream)
+                elif playing and self.config.prefill_chunk:
                     self._prefilling.append(self._start(stream, prefill=False))
                 else:
                     self._active.append(self._start(stream))
@@ -538,6 +600,10 @@ class Engine:
                 stream._fail(e)
             if playing:  # one prefill per round while others play: they stall by one part at most
                 return
+
+    def _runnable(self) -> bool:
+        """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
+        return bool(self._prefilling or self._ahead or any(not a.generator.waiting for a in self._active))
 
     def _nobody_playing(self) -> bool:
         """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
@@ -562,6 +628,114 @@ class Engine:
             gen.prefill()
             self._prefilled(act)
         return act
+
+    # -- text in pieces --------------------------------------------------------------------------
+    def _open(self, stream: SynthesisStream) -> None:
+        """Admit a stream whose text arrives in pieces: its prompt waits for the prefill's text."""
+        req = stream.request
+        prompt = self.model.open_prompt(
+            speaker=req.voice if stream.voice is None else None,
+            voice=stream.voice,
+            language=req.language,
+            instruct=req.instruct,
+            non_streaming_text=req.non_streaming_text,
+        )
+        if prompt is None:
+            raise InvalidRequest(
+                "text in pieces needs the streaming-text layout: leave non_streaming_text unset or false",
+                field="non_streaming_text",
+            )
+        stream.timing.queue_wait_ms = (time.perf_counter() - stream.t_submit) * 1000
+        self._opening.append(_Opening(stream, prompt))
+
+    def _feed_text(self) -> None:
+        """Hand new text to the prompts that wait for it; start the streams whose prefill it decided;
+        end the text of streams that waited longer than ``text_wait_s``."""
+        for opening in list(self._opening):
+            stream = opening.stream
+            try:
+                if stream.cancelled:
+                    self._opening.remove(opening)
+                    self._finish_cancelled(stream)
+                    continue
+                opening.seen = self._update_prompt(stream, opening.prompt, opening.seen)
+                if opening.prompt.ready:
+                    self._opening.remove(opening)
+                    self._prefilling.append(self._started(stream, opening.prompt, opening.seen))
+            except Exception as e:
+                if opening in self._opening:
+                    self._opening.remove(opening)
+                if not isinstance(e, InvalidRequest):
+                    log.exception("request %s failed to start", stream.timing.request_id)
+                stream._fail(e)
+        for act in self._active + self._prefilling:
+            if act.prompt is None or act.failed:
+                continue
+            try:
+                act.seen = self._update_prompt(act.stream, act.prompt, act.seen)
+            except Exception as e:
+                for group in (self._active, self._prefilling):
+                    if act in group:
+                        group.remove(act)
+                act.fail(e)
+
+    def _update_prompt(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> int:
+        """Feed ``prompt`` the stream's text if it changed (closing it after ``text_wait_s`` without
+        text); returns the feed version it has now seen."""
+        feed = stream.feed
+        assert feed is not None
+        if not feed.closed and time.monotonic() - feed.last_change > self.config.text_wait_s:
+            stream.timing.extra["text_timeout"] = True
+            log.info(
+                "request %s got no text for %.1f s: its text is taken as complete",
+                stream.timing.request_id,
+                self.config.text_wait_s,
+                extra={"request_id": stream.timing.request_id},
+            )
+            feed.close()
+        if feed.version == seen:
+            return seen
+        raw, closed, version = feed.snapshot()
+        prompt.update(normalize_text(raw), closed)
+        if closed:
+            stream.timing.extra["text_chars"] = len(normalize_text(raw))
+            for act in self._active + self._prefilling:  # the limit of the whole text, as if given at once
+                if act.prompt is prompt:
+                    act.generator.max_frames = act.max_frames = self._text_limit(stream)
+        return version
+
+    def _text_limit(self, stream: SynthesisStream) -> int:
+        """The frame limit of a stream with text in pieces: the caller's ``max_frames``, else the
+        whole text's derived limit once it is complete, and ``max_frames_cap`` until then."""
+        feed = stream.feed
+        if stream.request.max_frames is not None:
+            return stream.request.max_frames
+        if feed is None or not feed.closed:
+            return self.config.max_frames_cap
+        return max_frames_for_text(normalize_text(feed.snapshot()[0]), self.config.max_frames_cap)
+
+    def _started(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> Active:
+        """The admitted stream of an open prompt whose prefill is decided (prefilled between frames);
+        ``seen``: the feed version the prompt holds (text pushed since is fed on the next round)."""
+        t0 = time.perf_counter()
+        req = stream.request
+        limit = self._text_limit(stream)
+        gen = self.model.new_generator(prompt, req.sampling, limit)
+        stream.timing.prompt_ms = (time.perf_counter() - t0) * 1000
+        if gen.seed is not None:
+            stream.timing.extra["seed"] = int(gen.seed)
+        first = req.first_chunk_frames or self.config.first_chunk_frames
+        act = Active(stream, gen, self.model.new_decoder(stream.voice), limit, target=first, first=first)
+        act.prompt, act.seen = prompt, seen
+        return act
+
+    def _wait_for_text(self, act: Active) -> None:
+        """``act``'s next frame needs text not yet final: no step; its frames so far go out now."""
+        if act.wait_since is None:
+            act.wait_since = time.monotonic()
+            act.waits += 1
+            if act.pending:  # do not hold audio back behind text that may take a while
+                self._emit(act)
 
     def _plan(self, text: str) -> list[str]:
         """The pieces a text is spoken in: itself, or sentence-cut pieces of at most ``piece_chars``."""
@@ -710,7 +884,12 @@ class Engine:
             elif act.stream.cancelled:
                 self._active.remove(act)
                 self._finish_cancelled(act.stream, act)
+            elif act.generator.waiting:
+                self._wait_for_text(act)
             else:
+                if act.wait_since is not None:
+                    act.wait_s += time.monotonic() - act.wait_since
+                    act.wait_since = None
                 acts.append(act)
         if not acts:
             return
@@ -733,11 +912,13 @@ class Engine:
     def stats(self) -> dict[str, int]:
         """What the engine holds now (read without a lock: a monitoring snapshot, not a contract):
         ``active`` streams generating, ``prefilling`` admitted streams still in their prefill,
-        ``waiting`` streams not yet admitted, and the ``steps`` / ``step_rows`` counters."""
+        ``waiting`` streams not yet admitted, ``waiting_text`` admitted streams waiting for text
+        (text in pieces), and the ``steps`` / ``step_rows`` counters."""
         return {
             "active": len(self._active),
             "prefilling": len(self._prefilling),
             "waiting": self._pending.qsize(),
+            "waiting_text": len(self._opening) + sum(1 for a in self._active if a.generator.waiting),
             "steps": self.steps,
             "step_rows": self.step_rows,
         }

@@ -28,6 +28,7 @@ __all__ = [
     "SamplingParams",
     "SynthesisRequest",
     "check_request_id",
+    "parse_open_request",
     "parse_request",
     "request_id_for",
 ]
@@ -208,3 +209,26 @@ def parse_request(data: Mapping[str, Any] | SynthesisRequest) -> SynthesisReques
             field = rest  # sent at the top level (the flat form): name it as sent
         msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         raise InvalidRequest(f"{field}: {msg}", field=field) from e
+
+
+def parse_open_request(data: Mapping[str, Any] | SynthesisRequest) -> tuple[SynthesisRequest, str]:
+    """Validate the settings of a stream whose text arrives in pieces (``Engine.open``).
+
+    ``text`` may be missing or empty there. Returns the request, whose ``text`` stays ``""`` (the
+    stream's text feed holds the text), and the text given up front, as given (raw, possibly "").
+
+    Raises:
+        InvalidRequest: as :func:`parse_request`.
+    """
+    if isinstance(data, SynthesisRequest):
+        return data.model_copy(update={"text": ""}), data.text
+    if not isinstance(data, Mapping):
+        raise InvalidRequest("request must be a JSON object", field="request")
+    given = dict(data)
+    text = given.pop("text", None)
+    alias = given.pop("input", None)
+    initial = text if text is not None else alias
+    if initial is not None and not isinstance(initial, str):
+        raise InvalidRequest("text: must be a string", field="text")
+    req = parse_request({**given, "text": "-"})
+    return req.model_copy(update={"text": ""}), initial or ""

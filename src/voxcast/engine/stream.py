@@ -6,6 +6,11 @@ iterator is exhausted; its ``ttfa_ms`` and ``total_ms`` count from ``t_origin``:
 unless the caller set an earlier moment (the service sets the time it received the request, so
 voice resolution is included). ``cancel()`` may be called from any thread; the scheduler notices before its
 next frame and the iterator ends (``timing.finish_reason == "cancelled"``).
+
+A stream opened for text that arrives in pieces (``Engine.open``) has a :class:`TextFeed`:
+``push(delta)`` as the text comes, ``close_text()`` when it is complete. Audio starts as soon as the
+text decides the prompt; iterate on one thread while pushing from another (or push between
+``next()`` calls: a stream waiting for text blocks ``next()`` until text arrives or it times out).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.request import SynthesisRequest
+from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.timing import Timing
-from voxcast.errors import EngineUnavailable
+from voxcast.errors import EngineUnavailable, InvalidRequest
 
 __all__ = ["SynthesisStream"]
 
@@ -37,9 +43,14 @@ class SynthesisStream(Iterator[AudioChunk]):
         submit: Callable[[SynthesisStream], None],
         alive: Callable[[], bool],
         prepare: Callable[[SynthesisStream], None] | None = None,
+        feed: TextFeed | None = None,
+        on_cancel: Callable[[], None] | None = None,
     ) -> None:
         self.request = request
         self.voice = voice
+        #: The text as it arrives (None: the request's text is the whole text).
+        self.feed = feed
+        self._on_cancel = on_cancel
         self.timing = Timing(request_id=request.request_id or "")
         #: When the request began, for ``timing.ttfa_ms`` / ``total_ms`` (perf_counter seconds); a
         #: caller may set it before iterating, otherwise the first ``next()`` does.
@@ -96,6 +107,26 @@ class SynthesisStream(Iterator[AudioChunk]):
     def cancel(self) -> None:
         """Stop generating (thread-safe); the iterator ends within one frame."""
         self._cancel.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
+
+    def push(self, delta: str | bytes) -> None:
+        """Add text to a stream opened for text in pieces (thread-safe).
+
+        Raises:
+            InvalidRequest: the stream was not opened for text in pieces, its text is complete, or
+                the text grew too long (field "text").
+        """
+        self._text_feed().push(delta)
+
+    def close_text(self) -> None:
+        """The text is complete: the stream speaks to its end, then ends (thread-safe, idempotent)."""
+        self._text_feed().close()
+
+    def _text_feed(self) -> TextFeed:
+        if self.feed is None:
+            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
+        return self.feed
 
     close = cancel
 

@@ -13,6 +13,13 @@ The frame loop, per request::
     gen.prefill()                       # or gen.prefill_part(n) until it returns True
     while (codes := model.step_many([gen])[0]) is not None:
         pcm = dec.decode(codes[None])   # float32 [frames * samples_per_frame]
+
+Text that arrives in pieces (an LLM's tokens), where the model can take it as it comes::
+
+    prompt = model.open_prompt(speaker=..., voice=..., ...)   # None: the layout needs whole text
+    prompt.update(text_so_far, closed=False)                 # again whenever text arrives
+    # once prompt.ready: gen = model.new_generator(prompt, ...) and the loop above, except that a
+    # generator whose ``waiting`` is True needs more text before its next step (do not step it)
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "FrameGenerator",
     "LoadOptions",
+    "OpenPrompt",
     "SamplingParams",
     "StreamingDecoder",
     "TTSModel",
@@ -90,10 +98,33 @@ class WarmupCase:
     sampled: bool = True
 
 
+class OpenPrompt(Protocol):
+    """A prompt whose text arrives in pieces (see the module docstring).
+
+    Attributes:
+        ready: the prefill is determined (enough text has arrived).
+        closed: the whole text is known.
+        text_tokens: the text's tokens that are final so far.
+    """
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def text_tokens(self) -> int: ...
+
+    def update(self, text: str, closed: bool) -> None: ...
+
+
 class FrameGenerator(Protocol):
     """The frames of one prompt: prefill, then one frame per step until None.
 
     Attributes:
+        max_frames: frames emitted at most (the engine raises it as an open prompt's text grows).
+        waiting: the next step needs text that has not arrived (an open prompt); do not step.
         seed: the seed of this stream's random generator.
         finish_reason: None while running, then "eos" or "max_frames".
         prefill_s: wall time of the prefill (seconds).
@@ -101,8 +132,13 @@ class FrameGenerator(Protocol):
         prefix_report(): (prefix cache hit, positions skipped), None where no prefix cache applies.
     """
 
+    max_frames: int
+
     @property
     def seed(self) -> int | None: ...
+
+    @property
+    def waiting(self) -> bool: ...
 
     @property
     def finish_reason(self) -> str | None: ...
@@ -181,6 +217,16 @@ class TTSModel(Protocol):
         instruct: str | None = None,
         non_streaming_text: bool | None = None,
     ) -> Any: ...
+
+    def open_prompt(
+        self,
+        *,
+        speaker: str | None = None,
+        voice: Any = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> OpenPrompt | None: ...
 
     def new_generator(self, prompt: Any, sampling: SamplingParams, max_frames: int) -> FrameGenerator: ...
 

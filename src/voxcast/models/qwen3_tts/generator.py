@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from voxcast.models.qwen3_tts.open_prompt import OpenPrompt
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt
 from voxcast.models.qwen3_tts.sampling import CodeSampler, SamplerSettings, TalkerSampler, make_generator
@@ -49,7 +50,7 @@ class FrameGenerator:
     def __init__(
         self,
         talker: Talker,
-        prompt: Prompt,
+        prompt: Prompt | OpenPrompt,
         settings: SamplerSettings,
         max_frames: int,
         seed: int | None = None,
@@ -154,11 +155,20 @@ class FrameGenerator:
         """The next frame's codes (LongTensor ``[16]``), or None once finished (see ``finish_reason``)."""
         return step_many((self,))[0]
 
+    @property
+    def waiting(self) -> bool:
+        """Whether the next frame needs text that has not arrived (an :class:`OpenPrompt` whose next
+        token is not final yet): the stream must not step until it has."""
+        if self.finish_reason is not None or self._pending is None:
+            return False
+        return self.prompt.text_row(self.frames - 1) is None
+
     def _next_text(self) -> Tensor:
-        # [1, 1, H]: the trailing-text position added at decode step `frames - 1`, then pad
-        s = self.frames - 1
-        trailing = self.prompt.trailing
-        return trailing[:, s : s + 1] if s < trailing.shape[1] else self.prompt.pad
+        # [1, 1, H]: the text-track input of decode step `frames - 1` (trailing text, then pad)
+        row = self.prompt.text_row(self.frames - 1)
+        if row is None:
+            raise RuntimeError("a stream waiting for text was stepped")
+        return row
 
     def _ready(self) -> bool:
         """Prefill on demand and apply the frame limit; True when a talker step or frame may follow."""

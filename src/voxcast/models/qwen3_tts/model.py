@@ -40,6 +40,7 @@ from voxcast.models.qwen3_tts.checkpoint import (
 from voxcast.models.qwen3_tts.codec_decoder import StreamingDecoder, load_codec_decoder
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.generator import FrameGenerator, step_many
+from voxcast.models.qwen3_tts.open_prompt import OpenPrompt
 from voxcast.models.qwen3_tts.prefix_cache import PrefixKVCache
 from voxcast.models.qwen3_tts.prompt import Prompt, PromptBuilder, _ref_template
 from voxcast.models.qwen3_tts.sampling import SamplerSettings
@@ -315,12 +316,7 @@ class Qwen3TTS:
         Raises:
             InvalidRequest: the request does not fit this model (field names the input at fault).
         """
-        if (
-            self.model_type == "base"
-            and voice is not None
-            and voice.model_identity not in ("", self.identity)
-        ):
-            raise InvalidRequest("this voice was made by another model; recreate it", field="voice")
+        self._check_voice(voice)
         return self._prompts.build(
             text,
             speaker=speaker,
@@ -329,6 +325,36 @@ class Qwen3TTS:
             instruct=instruct,
             non_streaming_text=non_streaming_text,
         )
+
+    def open_prompt(
+        self,
+        *,
+        speaker: str | None = None,
+        voice: VoicePrompt | None = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> OpenPrompt | None:
+        """A prompt for text that arrives in pieces (:mod:`.open_prompt`), or None where the layout
+        needs the whole text first (``non_streaming_text=True``). Unlike :meth:`build_prompt`, text
+        streams by default here, whatever the voice mode.
+
+        Raises:
+            InvalidRequest: the request does not fit this model (field names the input at fault).
+        """
+        if non_streaming_text:
+            return None
+        self._check_voice(voice)
+        head = self._prompts.open(speaker=speaker, voice=voice, language=language, instruct=instruct)
+        return OpenPrompt(self._prompts, head)
+
+    def _check_voice(self, voice: VoicePrompt | None) -> None:
+        if (
+            self.model_type == "base"
+            and voice is not None
+            and voice.model_identity not in ("", self.identity)
+        ):
+            raise InvalidRequest("this voice was made by another model; recreate it", field="voice")
 
     # ------------------------------------------------------------------ generation
 
@@ -342,7 +368,9 @@ class Qwen3TTS:
         if self.talker.traced is not None:
             self.talker.traced.prepare_upto(max_batch)
 
-    def new_generator(self, prompt: Prompt, sampling: SamplingParams, max_frames: int) -> FrameGenerator:
+    def new_generator(
+        self, prompt: Prompt | OpenPrompt, sampling: SamplingParams, max_frames: int
+    ) -> FrameGenerator:
         """A :class:`FrameGenerator` for ``prompt`` (seeded by ``sampling.seed``; None = random).
 
         With :attr:`prefix_cache_enabled` its prefill reuses (or fills) :attr:`prefix_kv`.

@@ -14,7 +14,11 @@ and a codec-track embedding ``C(x)`` (see docs/qwen3-tts.md, "Prompt (prefill) l
       ICL clone:          T(ref_text ++ text ++ eod) aligned with C(bos) E(ref frame 1..N)
 
 Tensors are computed in the same pieces as the official implementation (same rows per projection
-call), so the prefill is bitwise equal to the official one. The part that depends only on the voice
+call), so the prefill is bitwise equal to the official one, with one exception: the text a
+streaming-text layout feeds after the prefill (and an ICL clone's text track) is projected in fixed
+blocks of :data:`TEXT_BLOCK` rows, so that text arriving in pieces (:mod:`.open_prompt`) gets the
+same rows as the whole text; that equals the official single call wherever the BLAS computes a row
+the same for every row count (MKL on AVX-512: for calls of 12 rows and more). The part that depends only on the voice
 and language (role, tags, speaker slot) and the reference-frame embeddings of a cloned voice are
 cached per voice.
 
@@ -41,12 +45,16 @@ from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
 from voxcast.models.qwen3_tts.talker import Talker
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
-__all__ = ["Prompt", "PromptBuilder", "VoiceLike"]
+__all__ = ["TEXT_BLOCK", "OpenHead", "Prompt", "PromptBuilder", "VoiceLike"]
 
 logger = logging.getLogger(__name__)
 
 #: Per-voice prefix entries kept in memory.
 PREFIX_CACHE_SIZE = 64
+
+#: Rows per text-embedding call for the text that streaming-text layouts feed after the prefill
+#: (see :meth:`PromptBuilder.text_rows`).
+TEXT_BLOCK = 16
 
 
 class VoiceLike(Protocol):
@@ -88,6 +96,38 @@ class Prompt:
     def length(self) -> int:
         """Prefill positions."""
         return int(self.embeds.shape[1])
+
+    def text_row(self, step: int) -> Tensor:
+        """``[1, 1, H]``: the text-track input of decode step ``step`` (trailing text, then pad)."""
+        trailing = self.trailing
+        return trailing[:, step : step + 1] if step < trailing.shape[1] else self.pad
+
+
+@dataclass(frozen=True)
+class OpenHead:
+    """What an open prompt's prefill holds before its text: built by :meth:`PromptBuilder.open`.
+
+    Attributes:
+        head: ``[1, n, H]`` instruct block, role, tags, speaker slot and ``T(tts_bos)+C(pad)``.
+        codec: ``[1, k, H]`` the codec track under the text positions of the prefill: ``C(bos)``
+            (k = 1), or for an ICL clone ``C(bos), E(ref frames)``.
+        lead: token ids ahead of the target text on the text track (an ICL clone's reference text).
+        eos, pad: ``T(tts_eod)``, ``T(tts_pad)``.
+    """
+
+    head: Tensor
+    codec: Tensor
+    lead: list[int]
+    eos: Tensor
+    pad: Tensor
+    mode: str
+    voice: VoiceLike | None
+    prefix_len: int
+    prefix_key: str | None
+
+    @property
+    def icl(self) -> bool:
+        return self.mode == "clone_icl"
 
 
 def _target_template(text: str) -> str:
@@ -251,6 +291,48 @@ class PromptBuilder:
             prefix_key=prefix_key,
         )
 
+    def open(
+        self, *, speaker: str | None, voice: VoiceLike | None, language: str, instruct: str | None
+    ) -> OpenHead:
+        """The part of a streaming-text prompt that comes before its text (:mod:`.open_prompt`):
+        the same positions, prefix length and prefix key as :meth:`build` gives any text.
+
+        Raises:
+            InvalidRequest: the request does not fit the model (see :meth:`validate`).
+        """
+        lang, spk = self.validate("-", speaker=speaker, voice=voice, language=language, instruct=instruct)
+        with self._lock, torch.inference_mode():
+            role = self._ids(_target_template(""))
+            _, eos, pad = self._special_embeds()
+            lang_id = self._language_id(lang, spk)
+            parts = []
+            instruct_ids = self._ids(_instruct_template(instruct)) if instruct and instruct.strip() else None
+            if instruct_ids is not None:
+                parts.append(self.talker.text_embed(instruct_ids))
+            parts.append(self._prefix_embeds(role, spk, voice, lang_id))
+            n_const = sum(p.shape[1] for p in parts)
+            key: list[object] = [self.cache_scope, instruct_ids, role[:, :3], spk, lang_id]
+            key.append(voice.x_vector if voice is not None else None)
+            lead: list[int] = []
+            if voice is not None and voice.ref_codes is not None:
+                ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
+                codec = self._ref_codec_embeds(voice)
+                n_const += min(ref_ids.shape[1], voice.ref_codes.shape[0] + 1)
+                key += [ref_ids, voice.ref_codes, False]
+                lead = [int(i) for i in ref_ids[0].tolist()]
+                mode = "clone_icl"
+            else:
+                codec = self._codec([[self.config.talker.codec_bos_id]])
+                mode = "clone_xvector" if voice is not None else self.config.tts_model_type
+            head = torch.cat(parts, dim=1)
+            prefix_len = min(n_const, head.shape[1] + codec.shape[1] - 1)
+            prefix_key = _digest(*key, prefix_len) if prefix_len > 0 else None
+        return OpenHead(head, codec, lead, eos, pad, mode, voice, prefix_len, prefix_key)
+
+    def text_ids(self, text: str) -> list[int]:
+        """The tokens of ``text`` as a prompt holds them (inside the chat template)."""
+        return [int(i) for i in self._ids(_target_template(text))[0, 3:-5].tolist()]
+
     def _text_block(
         self, ids: Tensor, pad: Tensor, eos: Tensor, non_streaming: bool
     ) -> tuple[Tensor, Tensor]:
@@ -261,8 +343,33 @@ class PromptBuilder:
             codec_pad = self._codec([[self.config.talker.codec_pad_id] * (body.shape[1] + 1)])
             text = torch.cat((self.talker.text_embed(body), eos), dim=1) + codec_pad
             return torch.cat((text, pad + last_codec), dim=1), pad
-        trailing = torch.cat((self.talker.text_embed(ids[:, 4:-5]), eos), dim=1)
+        trailing = torch.cat((self.text_rows(ids[:, 4:-5]), eos), dim=1)
         return self.talker.text_embed(ids[:, 3:4]) + last_codec, trailing
+
+    def text_rows(self, ids: Tensor) -> Tensor:
+        """``T(ids)`` for ``ids [1, n]`` in calls of exactly :data:`TEXT_BLOCK` rows (the last one
+        padded), aligned from ``ids[0]``: ``[1, n, H]``.
+
+        A matrix product's rows are not bitwise the same for every row count (BLAS kernels differ by
+        shape: with MKL on AVX-512 the rows of calls under 12 rows differ in the last bits from larger
+        calls), so text that arrives in pieces could not reproduce one call over the whole text. In
+        fixed, aligned blocks a row's value depends only on its token and position, whatever was known
+        when it was computed (:mod:`.open_prompt`). Where the BLAS gives every row count the same rows
+        (here: 12 rows and more), this equals the official single call.
+        """
+        n = int(ids.shape[1])
+        padded = torch.nn.functional.pad(ids, (0, (-n) % TEXT_BLOCK))
+        blocks = [
+            self.text_block(padded[:, i : i + TEXT_BLOCK]) for i in range(0, padded.shape[1], TEXT_BLOCK)
+        ]
+        if not blocks:
+            return self.talker.text_embed(ids)
+        return torch.cat(blocks, dim=1)[:, :n]
+
+    def text_block(self, ids: Tensor) -> Tensor:
+        """``T(ids)`` of one block of exactly :data:`TEXT_BLOCK` tokens ``[1, TEXT_BLOCK]``."""
+        assert ids.shape[1] == TEXT_BLOCK, "text blocks have a fixed size"
+        return self.talker.text_embed(ids)
 
     def _device(self) -> torch.device:
         return self.talker.codec_head.weight.device
@@ -340,7 +447,9 @@ class PromptBuilder:
     def _icl(
         self, ids: Tensor, ref_ids: Tensor, voice: VoiceLike, pad: Tensor, eos: Tensor, non_streaming: bool
     ) -> tuple[Tensor, Tensor]:
-        text = torch.cat((self.talker.text_embed(torch.cat((ref_ids, ids[:, 3:-5]), dim=-1)), eos), dim=1)
+        both = torch.cat((ref_ids, ids[:, 3:-5]), dim=-1)
+        embed = self.talker.text_embed if non_streaming else self.text_rows
+        text = torch.cat((embed(both), eos), dim=1)
         codec = self._ref_codec_embeds(voice)
         n_text, n_codec = text.shape[1], codec.shape[1]
         if non_streaming:

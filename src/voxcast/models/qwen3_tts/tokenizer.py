@@ -92,6 +92,9 @@ class TextTokenizer:
 
     def __init__(self, backend: Tokenizer) -> None:
         self._tok = backend
+        added = backend.get_added_tokens_decoder()
+        self._added = tuple(t.content for t in added.values())
+        self._added_ids = frozenset(added)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> TextTokenizer:
@@ -120,6 +123,48 @@ class TextTokenizer:
         """Token ids of ``text`` (special-token strings such as ``<|im_start|>`` map to their ids)."""
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def stable_prefix(self, text: str) -> str:
+        """The longest prefix of ``text`` whose tokens are final whatever text follows.
+
+        Tokens are made per pre-tokenizer piece (the Qwen2 regex: a word with its leading space, a
+        digit, a run of punctuation, a run of spaces) within the segments between added tokens, and
+        a piece's extent depends only on the text up to its end plus one character of look-ahead.
+        So in the last segment every piece but the last is final: more text can only extend the last
+        one ("do" -> "don't"), merge it with a combining mark, or turn a run of spaces into a space
+        and a word. Text that could still become an added token (``<|im_`` before ``end|>``) would
+        end the segment there instead, so the prefix stops where both readings agree. The encoding of
+        the prefix is then a prefix of the encoding of ``text + more`` for any ``more``
+        (tests/model/test_text_stream.py checks this on random splits).
+        """
+        enc = self._tok.encode(text, add_special_tokens=False)
+        start = 0  # the last segment: after the last complete added token
+        for tid, (_, end) in zip(enc.ids, enc.offsets, strict=True):
+            if tid in self._added_ids:
+                start = end
+        seg = text[start:]
+        pieces = self._pieces(seg)
+        if not pieces:
+            return text
+        cut = pieces[-1][1][0]  # every piece but the last
+        partial = self._partial_added(seg)
+        if partial is not None:  # also a prefix of the segment as ended by that added token
+            cut = min(cut, _common_boundary(pieces, self._pieces(seg[:partial])))
+        return text[: start + cut]
+
+    def _pieces(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        return list(self._tok.pre_tokenizer.pre_tokenize_str(text)) if text else []
+
+    def _partial_added(self, text: str) -> int | None:
+        """Where the longest suffix of ``text`` that is a proper prefix of an added token starts."""
+        best = None
+        for token in self._added:
+            for n in range(min(len(token) - 1, len(text)), 0, -1):
+                if text.endswith(token[:n]):
+                    if best is None or len(text) - n < best:
+                        best = len(text) - n
+                    break
+        return best
+
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids`` (special tokens kept)."""
         return str(self._tok.decode(ids, skip_special_tokens=False))
@@ -139,3 +184,13 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         """Number of ids including added tokens."""
         return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+
+def _common_boundary(a: list[tuple[str, tuple[int, int]]], b: list[tuple[str, tuple[int, int]]]) -> int:
+    """The end of the last piece up to which two piece lists agree (0 when the first pieces differ)."""
+    end = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        end = x[1][1]
+    return end

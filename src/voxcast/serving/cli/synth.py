@@ -12,6 +12,7 @@ import codecs
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--stdin",
         action="store_true",
-        help="read the text from standard input as it arrives and speak each sentence as soon as it "
-        "is complete, appending its audio to --out (wav, pcm, mulaw, alaw; --out - writes raw audio "
-        "to standard output, e.g. piped into a player)",
+        help="read the text from standard input as it arrives and speak it as it comes, appending "
+        "its audio to --out (wav, pcm, mulaw, alaw; --out - writes raw audio to standard output, "
+        "e.g. piped into a player); see --text-mode",
+    )
+    p.add_argument(
+        "--text-mode",
+        choices=("words", "sentences"),
+        default="words",
+        help="with --stdin: 'words' (default) feeds the model each word as soon as it is complete, one "
+        "utterance up to the end of input (with --seed, the audio of the whole text at once); "
+        "'sentences' speaks each sentence on its own once the text after it arrives",
     )
     p.add_argument(
         "--out", required=True, help="output file; the extension picks the format ('-' with --stdin: stdout)"
@@ -91,8 +100,9 @@ _STDIN_FORMATS = (AudioFormat.WAV, AudioFormat.PCM, AudioFormat.MULAW, AudioForm
 
 
 def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> int:
-    """``--stdin``: every sentence spoken as soon as the text after it arrives, its audio appended
-    to the output as it is generated; one JSON line per sentence on stderr, a summary on stdout."""
+    """``--stdin``: the text spoken as it arrives (word by word in one utterance, or sentence by
+    sentence), its audio appended to the output as it is generated; one JSON line per utterance or
+    sentence on stderr, a summary on stdout."""
     from voxcast.audio.wav import WavCodec, finalize_stream, stream_header
     from voxcast.text.incremental import SentenceBuffer
 
@@ -107,24 +117,45 @@ def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> in
         if fmt == AudioFormat.WAV:
             sink.write(stream_header(WavCodec.PCM16, args.sample_rate))
 
-        def speak(text: str) -> None:
-            stream = service.synthesize({**fields, "text": text}, store=False, entry="cli")
+        def speak(stream: Any, kind: str) -> None:
             for chunk in stream:
                 sink.write(chunk.data)
                 sink.flush()
             t = stream.result.timing
-            line = {"sentence": len(sentences), "chars": len(text), "ttfa_ms": round(t.ttfa_ms, 1)}
+            line = {kind: len(sentences), "chars": len(stream.request.text), "ttfa_ms": round(t.ttfa_ms, 1)}
             line |= {"frames": t.frames, "audio_s": round(t.audio_s, 3), "finish_reason": t.finish_reason}
             sentences.append(line)
             print(json.dumps(line), file=report, flush=True)
 
-        buffer, decoder = SentenceBuffer(), codecs.getincrementaldecoder("utf-8")("replace")
         fd = sys.stdin.fileno()
-        while data := os.read(fd, 4096):  # whatever has arrived, not whole lines
-            for sentence in buffer.push(decoder.decode(data)):
-                speak(sentence)
-        for sentence in buffer.push(decoder.decode(b"", final=True)) + buffer.flush():
-            speak(sentence)
+        if args.text_mode == "words":
+            stream = service.open(fields, store=False, entry="cli")
+            failed: list[BaseException] = []
+
+            def read() -> None:  # pushes whatever has arrived (bytes: split characters are fine)
+                try:
+                    while data := os.read(fd, 4096):
+                        stream.push(data)
+                    stream.close_text()
+                except BaseException as e:
+                    failed.append(e)
+                    stream.cancel()
+
+            reader = threading.Thread(target=read, name="voxcast-stdin", daemon=True)
+            reader.start()
+            speak(stream, "utterance")
+            reader.join()
+            if failed:
+                raise failed[0]
+        else:
+            buffer, decoder = SentenceBuffer(), codecs.getincrementaldecoder("utf-8")("replace")
+            while data := os.read(fd, 4096):  # whatever has arrived, not whole lines
+                for sentence in buffer.push(decoder.decode(data)):
+                    speak(
+                        service.synthesize({**fields, "text": sentence}, store=False, entry="cli"), "sentence"
+                    )
+            for sentence in buffer.push(decoder.decode(b"", final=True)) + buffer.flush():
+                speak(service.synthesize({**fields, "text": sentence}, store=False, entry="cli"), "sentence")
     finally:
         if not to_stdout:
             sink.close()
@@ -133,7 +164,7 @@ def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> in
         path.write_bytes(finalize_stream(path.read_bytes()))  # the true sizes in the header
     summary = {
         "out": args.out,
-        "sentences": len(sentences),
+        "segments": len(sentences),
         "audio_s": round(sum(s["audio_s"] for s in sentences), 3),
         "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
     }

@@ -6,25 +6,32 @@ Client -> server, JSON text messages (``type`` says which):
   ``response_format`` = ``pcm`` | ``mulaw`` | ``alaw``, ``sample_rate``, ``language``, ``instruct``,
   ``seed``, sampling...; the request schema checks them) plus ``frame_ms`` (e.g. 20: audio is sent in
   frames of exactly that length, as telephony transports expect; the last frame of an utterance is
-  padded with silence). Required before the first text.
+  padded with silence) and ``text_mode``. Required before the first text.
 - ``text`` (``{"type": "text", "text": "..."}``): a delta, any size, split anywhere (inside words and
-  multi-byte characters too). Every complete sentence is spoken as soon as the text after it starts.
-- ``flush``: speak what is buffered now, complete sentence or not.
+  multi-byte characters too). With ``text_mode`` ``words`` (the default) the deltas up to the next
+  ``flush`` are one utterance fed to the model as they arrive (``Service.open``): audio starts once
+  the first word is complete, and with a seed it equals the utterance's text sent whole. With
+  ``sentences`` every complete sentence is spoken on its own as soon as the text after it starts
+  (what a model that needs whole text gets, e.g. ``non_streaming_text``).
+- ``flush``: the utterance's text is complete (words), or speak what is buffered now, complete
+  sentence or not (sentences).
 - ``mark`` (``{"type": "mark", "name": ...}``): echoed back once all audio of the text before it was sent.
 - ``clear`` (or ``cancel``): barge-in. The sentence being spoken stops within one frame, queued text
   is dropped, ``{"type": "cleared"}`` answers. The connection stays open for the next utterance.
 - ``close``: speak what is left, answer ``{"type": "closed"}`` and close the connection.
 
 Server -> client: binary messages carry the audio (raw bytes in the configured format); JSON events
-are ``started`` (a sentence begins: ``segment``, ``request_id``, ``chars``), ``chunk`` (``segment``,
+are ``started`` (an utterance or sentence begins: ``segment``, ``request_id``, ``chars``, None for an
+utterance whose text is still arriving), ``chunk`` (``segment``,
 ``seq``, ``bytes``, ``t_ms``, ``frames``; sent before that chunk's binary frames), ``segment_done``
 (``segment``, ``timing``), ``mark``, ``cleared``, ``closed`` and ``error`` (``{"error": {"message",
 "type", "param", "code"}}``: the connection goes on; a bad sentence is skipped). When the server
 stops, a connection still open at the drain deadline gets an ``error`` of code ``shutdown`` and is
 closed with code 1001 (going away).
 
-Sentences are spoken one after another with the same voice, settings and seed (the text of each
-must be whole before it is spoken: exact word-by-word input to the talker is future work).
+Segments (utterances or sentences) are spoken one after another with the same voice, settings and
+seed. An utterance that gets no text for ``VOXCAST_TEXT_WAIT_S`` is taken as complete; text after
+that starts a new one.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxcast.audio.formats import AudioFormat
-from voxcast.engine.request import parse_request
+from voxcast.engine.request import MAX_TEXT_CHARS, parse_request
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
@@ -65,12 +72,20 @@ _STALL_S = 10.0
 """A client that leaves its audio unread this long (the socket's buffers full) is disconnected."""
 
 
+_TEXT_MODES = ("words", "sentences")
+
+
 @dataclass
 class _Segment:
+    """A sentence (its text) or an utterance whose text arrives in pieces (its open ``stream``)."""
+
     text: str
     epoch: int
     config: dict[str, Any]
     framer: _Framer
+    stream: ServiceStream | None = None
+    chars: int = 0
+    taken: bool = False
 
 
 @dataclass
@@ -120,6 +135,8 @@ class SpeechSocket:
         self.service = service
         self.queue_chunks = queue_chunks
         self.config: dict[str, Any] | None = None
+        self.text_mode = "words"
+        self.open: _Segment | None = None  # the utterance taking text (text_mode "words")
         self.framer = _Framer(0, b"")
         self.buffer = SentenceBuffer()
         self.epoch = 0
@@ -199,7 +216,10 @@ class SpeechSocket:
                 raise InvalidRequest(
                     f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
-            await self._queue_sentences(final=False, delta=text)
+            if self.text_mode == "words":
+                await self._push_words(text)
+            else:
+                await self._queue_sentences(final=False, delta=text)
         elif kind == "flush":
             await self._queue_sentences(final=True)
         elif kind == "mark":  # the text before it is spoken first, whole sentence or not
@@ -214,6 +234,9 @@ class SpeechSocket:
         elif kind in ("clear", "cancel"):
             self.epoch += 1
             self.buffer.clear()
+            if self.open is not None and self.open.stream is not None:
+                self.open.stream.cancel()
+            self.open = None
             while not self.queue.empty():
                 self._took(self.queue.get_nowait())
             self._stop_current()
@@ -230,7 +253,7 @@ class SpeechSocket:
         return False
 
     def _configure(self, msg: dict[str, Any]) -> None:
-        fields = {k: v for k, v in msg.items() if k not in ("type", "frame_ms")}
+        fields = {k: v for k, v in msg.items() if k not in ("type", "frame_ms", "text_mode")}
         fields.setdefault("response_format", "pcm")
         fmt = str(fields["response_format"])
         if fmt not in {f.value for f in _RAW}:
@@ -240,14 +263,50 @@ class SpeechSocket:
         frame_ms = msg.get("frame_ms", 0)
         if isinstance(frame_ms, bool) or not isinstance(frame_ms, int) or not 0 <= frame_ms <= 1000:
             raise InvalidRequest("frame_ms must be an integer from 0 (off) to 1000", field="frame_ms")
+        text_mode = msg.get("text_mode", "words")
+        if text_mode not in _TEXT_MODES:
+            raise InvalidRequest("text_mode must be words or sentences", field="text_mode")
+        if text_mode == "words" and fields.get("non_streaming_text"):
+            raise InvalidRequest(
+                "non_streaming_text needs the whole text first: use text_mode sentences",
+                field="non_streaming_text",
+            )
         # the request schema checks every other field now, with a placeholder text
         parsed = parse_request({**fields, "text": "x"})
         width, silence = _RAW[AudioFormat(fmt)]
         size = parsed.sample_rate * frame_ms // 1000 * width
+        self._close_utterance()  # an utterance under way keeps its settings and ends here
         self.framer = _Framer(size, silence)
         self.config = fields
+        self.text_mode = text_mode
+
+    async def _push_words(self, text: str) -> None:
+        """Feed a delta to the utterance under way, opening one (queued in order) when none is."""
+        seg = self.open
+        feed = seg.stream.feed if seg is not None and seg.stream is not None else None
+        if seg is not None and feed is not None and (feed.closed or seg.chars + len(text) > MAX_TEXT_CHARS):
+            self._close_utterance()  # timed out, or as long as a request may be: a new one
+            seg = None
+        if seg is None or seg.epoch != self.epoch:
+            assert self.config is not None
+            stream = self.service.open(self.config, entry="websocket")
+            seg = self.open = _Segment("", self.epoch, dict(self.config), self.framer, stream)
+            await self.queue.put(seg)
+        assert seg.stream is not None
+        seg.stream.push(text)
+        seg.chars += len(text)
+        if not seg.taken:
+            self.queued_chars += len(text)
+
+    def _close_utterance(self) -> None:
+        """The utterance under way has all its text (flush, mark, close, a new config)."""
+        seg, self.open = self.open, None
+        if seg is not None and seg.stream is not None:
+            seg.stream.close_text()
 
     async def _queue_sentences(self, final: bool, delta: str = "") -> None:
+        if final:
+            self._close_utterance()
         pieces = self.buffer.flush() if final else self.buffer.push(delta)
         assert self.config is not None or not pieces
         for piece in pieces:
@@ -257,7 +316,8 @@ class SpeechSocket:
     def _took(self, item: _Segment | _Mark | None) -> None:
         """An item left the queue: what it held no longer counts against the limits."""
         if isinstance(item, _Segment):
-            self.queued_chars -= len(item.text)
+            self.queued_chars -= item.chars if item.stream is not None else len(item.text)
+            item.taken = True
         elif isinstance(item, _Mark):
             self.marks -= 1
 
@@ -323,11 +383,13 @@ class SpeechSocket:
     async def _segment(self, item: _Segment) -> None:
         segment = self.segments
         self.segments += 1
-        try:
-            stream = self.service.synthesize({**item.config, "text": item.text}, entry="websocket")
-        except VoxcastError as e:
-            await self.send({**_err(e), "segment": segment})
-            return
+        stream = item.stream
+        if stream is None:
+            try:
+                stream = self.service.synthesize({**item.config, "text": item.text}, entry="websocket")
+            except VoxcastError as e:
+                await self.send({**_err(e), "segment": segment})
+                return
         self.current = stream
         set_request_id(stream.request_id)  # the speaker task's lines name the sentence being spoken
         pump: ThreadPump[EncodedChunk] = ThreadPump(
@@ -343,7 +405,7 @@ class SpeechSocket:
                     "type": "started",
                     "segment": segment,
                     "request_id": stream.request_id,
-                    "chars": len(item.text),
+                    "chars": len(item.text) if item.stream is None else None,
                 }
             )
             async for chunk in pump:
