@@ -144,10 +144,6 @@ def test_cancel_in_every_state(engine: Engine, state: str) -> None:
 
 
 def test_bad_use_is_refused_with_the_field(engine: Engine) -> None:
-    whole_layout = engine.open({**BASE, "non_streaming_text": True, "text": "Hello there."})
-    with pytest.raises(InvalidRequest) as e:
-        list(whole_layout)
-    assert e.value.field == "non_streaming_text"
     closed = engine.open(BASE)
     closed.close_text()
     with pytest.raises(InvalidRequest) as e:
@@ -170,3 +166,25 @@ def test_bad_use_is_refused_with_the_field(engine: Engine) -> None:
     assert e.value.field == "seed"
     # the engine still serves
     assert sum(c.frames for c in engine.synthesize({**BASE, "text": "Still here.", "max_frames": 4})) == 4
+
+
+def test_a_whole_text_layout_speaks_each_sentence_once_complete(engine: Engine) -> None:
+    """``non_streaming_text``: the model needs whole text, so complete sentences become pieces of the
+    stream as they arrive, each spoken as that sentence alone would be (same seed), in one stream."""
+    whole_layout = {**BASE, "non_streaming_text": True}
+    stream = engine.open({**whole_layout, "text": "Hello there. How are"})
+    first = next(stream)  # the first sentence plays while the rest of the text is unwritten
+    assert first.seq == 0
+    wait_until(lambda: engine.stats()["waiting_text"] == 1, timeout_s=10)  # spoke it, waits for more
+    stream.push(" you? Fine")
+    stream.close_text()
+    list(stream)
+    t = stream.timing
+    assert t.pieces == 3 and [p["chars"] for p in t.extra["pieces"]] == [12, 12, 4]
+    want: list[Any] = []
+    for sentence in ["Hello there.", "How are you?", "Fine"]:
+        alone = engine.synthesize({**whole_layout, "text": sentence})
+        list(alone)
+        want += alone.timing.extra["codes"]
+    assert t.extra["codes"] == want
+    assert t.finish_reason == "max_frames" and t.extra["text_in_pieces"]["waits"] >= 1

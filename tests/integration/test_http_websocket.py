@@ -192,7 +192,6 @@ def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: st
         assert error_for(json.dumps({**CONFIG, "frame_ms": "20"}))["param"] == "frame_ms"
         assert error_for(json.dumps({**CONFIG, "seed": -1}))["param"] == "seed"
         assert error_for(json.dumps({**CONFIG, "text_mode": "letters"}))["param"] == "text_mode"
-        assert error_for(json.dumps({**WORDS, "non_streaming_text": True}))["param"] == "non_streaming_text"
         ws.send(json.dumps({**CONFIG, "voice": "nobody"}))
         ws.send(json.dumps({"type": "text", "text": "Hi."}))
         ws.send(json.dumps({"type": "flush"}))

@@ -58,6 +58,10 @@ class Active:
     #: Text arriving in pieces: the prompt it feeds, the feed version it has seen, when the stream
     #: began waiting for text (None: not waiting), how long and how often it waited.
     prompt: OpenPrompt | None = None
+    #: Text in sentences (a layout that needs whole text): the sentences taken so far, and whether
+    #: the stream waits for the next one (its pieces are spoken, its text is not complete).
+    sentences: Any = None
+    text_wait: bool = False
     seen: int = -1
     wait_since: float | None = None
     wait_s: float = 0.0
@@ -149,9 +153,9 @@ def fill_final_timing(act: Active, sample_rate: int, reason: str | None, keep_co
         act.close_piece(t.finish_reason)
         t.extra["pieces"] = act.piece_log
         t.runaway = t.runaway or (derived and any(p["finish_reason"] == "max_frames" for p in act.piece_log))
-    if act.prompt is not None:
+    if act.prompt is not None or act.sentences is not None:
         t.extra["text_in_pieces"] = {
-            "tokens": act.prompt.text_tokens,
+            "tokens": act.prompt.text_tokens if act.prompt is not None else None,
             "waits": act.waits,
             "wait_ms": round(act.wait_s * 1000, 1),
         }

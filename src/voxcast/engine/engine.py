@@ -45,6 +45,7 @@ from voxcast.engine.threads import on_fresh_thread
 from voxcast.errors import EngineUnavailable, InvalidRequest
 from voxcast.models.base import FrameGenerator, LoadOptions, OpenPrompt, TTSModel
 from voxcast.models.registry import load_model
+from voxcast.text.incremental import SentenceBuffer
 from voxcast.text.normalize import normalize_text
 from voxcast.text.split import plan_chunks
 
@@ -71,11 +72,30 @@ _DECODE_TORCH_THREADS = 0
 
 @dataclass
 class _Opening:
-    """An admitted stream whose text has not yet decided its prefill (text arriving in pieces)."""
+    """An admitted stream whose text has not yet decided its prefill (text arriving in pieces):
+    an open prompt fed token by token, or (a layout that needs whole text) sentences."""
 
     stream: SynthesisStream
-    prompt: OpenPrompt
+    prompt: OpenPrompt | None
     seen: int = -1
+    sentences: Sentences | None = None
+
+
+class Sentences:
+    """The complete sentences of a text that arrives in pieces, for layouts that need whole text:
+    each one is a piece of the stream as soon as the text after it has started (or the text closed)."""
+
+    def __init__(self) -> None:
+        self._buffer = SentenceBuffer()
+        self._fed = 0
+
+    def take(self, raw: str, closed: bool) -> list[str]:
+        """The sentences of ``raw`` (the whole text so far) completed since the last call, normalised."""
+        out = self._buffer.push(raw[self._fed :])
+        self._fed = len(raw)
+        if closed:
+            out += self._buffer.flush()
+        return [t for t in (normalize_text(x) for x in out) if t]
 
 
 def _close_at_exit(ref: weakref.ref[Engine]) -> None:
@@ -603,26 +623,36 @@ class Engine:
 
     def _runnable(self) -> bool:
         """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
-        return bool(self._prefilling or self._ahead or any(not a.generator.waiting for a in self._active))
+        return bool(
+            self._prefilling
+            or self._ahead
+            or any(not (a.text_wait or a.generator.waiting) for a in self._active)
+        )
 
     def _nobody_playing(self) -> bool:
         """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
         return not self._prefilling and all(act.frames == 0 for act in self._active)
 
-    def _start(self, stream: SynthesisStream, prefill: bool = True) -> Active:
+    def _start(
+        self, stream: SynthesisStream, prefill: bool = True, pieces: list[str] | None = None
+    ) -> Active:
+        """An admitted stream: its text planned into pieces (or the given ``pieces`` of a text that
+        arrives in sentences), the first one's generator built and, with ``prefill``, prefilled."""
         req, timing = stream.request, stream.timing
         t0 = time.perf_counter()
-        timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
-        pieces = self._plan(req.text)
+        if pieces is None:
+            timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
+            pieces = self._plan(req.text)
+        several = len(pieces) > 1 or stream.feed is not None
         timing.pieces = len(pieces)
-        gen, max_frames = self._piece_generator(stream, pieces[0], req.sampling, 0, len(pieces) > 1)
+        gen, max_frames = self._piece_generator(stream, pieces[0], req.sampling, 0, several)
         timing.prompt_ms = (time.perf_counter() - t0) * 1000
         decoder = self.model.new_decoder(stream.voice)
         if gen.seed is not None:
             timing.extra["seed"] = int(gen.seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
         act = Active(stream, gen, decoder, max_frames, target=first, first=first, pieces=pieces[1:])
-        if pieces[1:]:
+        if several:
             act.piece_log.append({"chars": len(pieces[0]), "first_frame": 0})
         if prefill:
             gen.prefill()
@@ -640,12 +670,10 @@ class Engine:
             instruct=req.instruct,
             non_streaming_text=req.non_streaming_text,
         )
-        if prompt is None:
-            raise InvalidRequest(
-                "text in pieces needs the streaming-text layout: leave non_streaming_text unset or false",
-                field="non_streaming_text",
-            )
         stream.timing.queue_wait_ms = (time.perf_counter() - stream.t_submit) * 1000
+        if prompt is None:  # the layout needs whole text: sentence by sentence
+            self._opening.append(_Opening(stream, None, sentences=Sentences()))
+            return
         self._opening.append(_Opening(stream, prompt))
 
     def _feed_text(self) -> None:
@@ -658,6 +686,17 @@ class Engine:
                     self._opening.remove(opening)
                     self._finish_cancelled(stream)
                     continue
+                if opening.sentences is not None:
+                    opening.seen, pieces = self._new_sentences(stream, opening.sentences, opening.seen)
+                    if pieces:
+                        self._opening.remove(opening)
+                        act = self._start(stream, prefill=False, pieces=pieces)
+                        act.sentences, act.seen = opening.sentences, opening.seen
+                        self._prefilling.append(act)
+                    elif stream.feed is not None and stream.feed.closed:
+                        raise InvalidRequest("text has nothing to speak", field="text")
+                    continue
+                assert opening.prompt is not None
                 opening.seen = self._update_prompt(stream, opening.prompt, opening.seen)
                 if opening.prompt.ready:
                     self._opening.remove(opening)
@@ -669,9 +708,13 @@ class Engine:
                     log.exception("request %s failed to start", stream.timing.request_id)
                 stream._fail(e)
         for act in self._active + self._prefilling:
-            if act.prompt is None or act.failed:
+            if act.failed or (act.prompt is None and act.sentences is None):
                 continue
             try:
+                if act.sentences is not None:
+                    self._more_sentences(act)
+                    continue
+                assert act.prompt is not None
                 act.seen = self._update_prompt(act.stream, act.prompt, act.seen)
             except Exception as e:
                 for group in (self._active, self._prefilling):
@@ -679,9 +722,42 @@ class Engine:
                         group.remove(act)
                 act.fail(e)
 
-    def _update_prompt(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> int:
-        """Feed ``prompt`` the stream's text if it changed (closing it after ``text_wait_s`` without
-        text); returns the feed version it has now seen."""
+    def _new_sentences(
+        self, stream: SynthesisStream, sentences: Sentences, seen: int
+    ) -> tuple[int, list[str]]:
+        """The pieces of the sentences completed since feed version ``seen`` (a whole-text layout)."""
+        feed = stream.feed
+        assert feed is not None
+        self._check_text_wait(stream)
+        if feed.version == seen:
+            return seen, []
+        raw, closed, version = feed.snapshot()
+        pieces = [p for sentence in sentences.take(raw, closed) for p in self._plan(sentence)]
+        return version, pieces
+
+    def _more_sentences(self, act: Active) -> None:
+        """New sentences of a whole-text layout's stream become its next pieces; a stream that waited
+        for them goes on, and one whose text closed with nothing left ends."""
+        assert act.sentences is not None and act.stream.feed is not None
+        act.seen, pieces = self._new_sentences(act.stream, act.sentences, act.seen)
+        act.pieces += pieces
+        act.stream.timing.pieces += len(pieces)
+        if not act.text_wait:
+            if pieces:
+                self._look_ahead(act)
+            return
+        if pieces:
+            act.text_wait = False
+            self._resume(act)
+            self._next_piece(act)
+        elif act.stream.feed.closed:
+            act.text_wait = False
+            self._resume(act)
+            self._active.remove(act)
+            self._finish(act)
+
+    def _check_text_wait(self, stream: SynthesisStream) -> None:
+        """Take the text as complete after ``text_wait_s`` without any (it speaks to its end)."""
         feed = stream.feed
         assert feed is not None
         if not feed.closed and time.monotonic() - feed.last_change > self.config.text_wait_s:
@@ -693,6 +769,13 @@ class Engine:
                 extra={"request_id": stream.timing.request_id},
             )
             feed.close()
+
+    def _update_prompt(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> int:
+        """Feed ``prompt`` the stream's text if it changed (closing it after ``text_wait_s`` without
+        text); returns the feed version it has now seen."""
+        feed = stream.feed
+        assert feed is not None
+        self._check_text_wait(stream)
         if feed.version == seen:
             return seen
         raw, closed, version = feed.snapshot()
@@ -728,6 +811,12 @@ class Engine:
         act = Active(stream, gen, self.model.new_decoder(stream.voice), limit, target=first, first=first)
         act.prompt, act.seen = prompt, seen
         return act
+
+    def _resume(self, act: Active) -> None:
+        """``act`` no longer waits for text: count the wait."""
+        if act.wait_since is not None:
+            act.wait_s += time.monotonic() - act.wait_since
+            act.wait_since = None
 
     def _wait_for_text(self, act: Active) -> None:
         """``act``'s next frame needs text not yet final: no step; its frames so far go out now."""
@@ -884,12 +973,10 @@ class Engine:
             elif act.stream.cancelled:
                 self._active.remove(act)
                 self._finish_cancelled(act.stream, act)
-            elif act.generator.waiting:
+            elif act.text_wait or act.generator.waiting:
                 self._wait_for_text(act)
             else:
-                if act.wait_since is not None:
-                    act.wait_s += time.monotonic() - act.wait_since
-                    act.wait_since = None
+                self._resume(act)
                 acts.append(act)
         if not acts:
             return
@@ -918,7 +1005,8 @@ class Engine:
             "active": len(self._active),
             "prefilling": len(self._prefilling),
             "waiting": self._pending.qsize(),
-            "waiting_text": len(self._opening) + sum(1 for a in self._active if a.generator.waiting),
+            "waiting_text": len(self._opening)
+            + sum(1 for a in self._active if a.text_wait or a.generator.waiting),
             "steps": self.steps,
             "step_rows": self.step_rows,
         }
@@ -932,6 +1020,10 @@ class Engine:
                     self._emit(act)
                 return
             if self._next_piece(act):
+                return
+            if act.sentences is not None and act.stream.feed is not None and not act.stream.feed.closed:
+                act.text_wait = True  # more sentences may come: wait for them (no step meanwhile)
+                self._wait_for_text(act)
                 return
             if act.pending:
                 self._emit(act)

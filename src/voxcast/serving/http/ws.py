@@ -10,9 +10,10 @@ Client -> server, JSON text messages (``type`` says which):
 - ``text`` (``{"type": "text", "text": "..."}``): a delta, any size, split anywhere (inside words and
   multi-byte characters too). With ``text_mode`` ``words`` (the default) the deltas up to the next
   ``flush`` are one utterance fed to the model as they arrive (``Service.open``): audio starts once
-  the first word is complete, and with a seed it equals the utterance's text sent whole. With
-  ``sentences`` every complete sentence is spoken on its own as soon as the text after it starts
-  (what a model that needs whole text gets, e.g. ``non_streaming_text``).
+  the first word is complete, and with a seed it equals the utterance's text sent whole (with
+  ``non_streaming_text``, a layout that needs whole text, the utterance goes sentence by sentence).
+  With ``sentences`` every complete sentence is its own request, spoken as soon as the text after it
+  starts.
 - ``flush``: the utterance's text is complete (words), or speak what is buffered now, complete
   sentence or not (sentences).
 - ``mark`` (``{"type": "mark", "name": ...}``): echoed back once all audio of the text before it was sent.
@@ -266,11 +267,6 @@ class SpeechSocket:
         text_mode = msg.get("text_mode", "words")
         if text_mode not in _TEXT_MODES:
             raise InvalidRequest("text_mode must be words or sentences", field="text_mode")
-        if text_mode == "words" and fields.get("non_streaming_text"):
-            raise InvalidRequest(
-                "non_streaming_text needs the whole text first: use text_mode sentences",
-                field="non_streaming_text",
-            )
         # the request schema checks every other field now, with a placeholder text
         parsed = parse_request({**fields, "text": "x"})
         width, silence = _RAW[AudioFormat(fmt)]
