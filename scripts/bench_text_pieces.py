@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import statistics
 import sys
@@ -33,9 +32,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_engine import checkpoint, cpu_name  # noqa: E402
 
 from voxcast import Engine, EngineConfig  # noqa: E402
-from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 TEXT = (
     "Sure, I can help with that. Your order number 48213 shipped yesterday from our Denver warehouse "
@@ -52,16 +53,6 @@ def _tokens(text: str) -> list[str]:
             word = word[4:]
         out.append(word)
     return out
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _consume(stream: Any, t0: float) -> dict[str, Any]:
@@ -123,9 +114,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "bench-results" / "text_pieces.json")
     args = ap.parse_args()
 
-    model = REPO / ".cache" / "bench-models" / f"{args.size}-custom_voice"
-    if not (model / "config.json").exists():
-        make_test_model(model, "custom_voice", size=args.size)
+    model = checkpoint(args.size, "custom_voice")
     tokens, dt = _tokens(TEXT), 1.0 / args.tokens_per_s
     base = {
         "voice": "ryan",
@@ -136,7 +125,7 @@ def main() -> int:
     }
     scenarios = ["words", "sentence", "full"]
     results: dict[str, Any] = {
-        "cpu": _cpu(),
+        "cpu": cpu_name(),
         "size": args.size,
         "tokens": len(tokens),
         "tokens_per_s": args.tokens_per_s,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.fixtures.models import random_voice
 from voxcast.engine.request import SamplingParams
 from voxcast.errors import InvalidRequest
 from voxcast.models.qwen3_tts.generator import FrameGenerator
@@ -55,12 +56,7 @@ def models(tiny_model_dir: Any) -> dict[str, Qwen3TTS]:
 
 
 def _voice(model: Qwen3TTS, seed: int, frames: int | None) -> VoicePrompt:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(model.config.talker.hidden_size, generator=g)
-    if frames is None:
-        return VoicePrompt(x, None, None, None, True, model.identity)
-    codes = torch.randint(0, 2048, (frames, 16), generator=g)
-    return VoicePrompt(x, codes, "A reference sentence, spoken.", None, False, model.identity)
+    return random_voice(model, seed, frames, "A reference sentence, spoken.")
 
 
 # case -> (model kind, prompt kwargs; "voice": frames of reference codes, None = x-vector only)
