@@ -118,9 +118,42 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+)
+
+
 def machine_info() -> dict[str, Any]:
-    """What a benchmark JSON records about where it ran."""
+    """What a benchmark JSON records about where it ran: the CPU, its vector flags, the kernels PyTorch
+    and voxcast pick on it (and what forces them: ``ATEN_CPU_CAPABILITY``, ``VOXCAST_INT8_VARIANT``)."""
+    from voxcast.kernels import native
+
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    try:
+        int8_variant: str | None = native.resolve(None)
+    except (RuntimeError, ValueError):
+        int8_variant = None
     return {
+        "cpu": cpu_name(),
+        "cpu_flags": [f for f in _FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "int8_variant": int8_variant,
+        "forced": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", native.VARIANT_ENV) if k in os.environ},
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -124,6 +124,21 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+def _summary(n: int, transport: str, switch_ms: float | None, rows: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "streams": n,
+        "transport": transport,
+        "switch_ms": switch_ms,
+        "requests": len(rows),
+        **{
+            f"{k}_{name}": round(pct([r[k] for r in rows], q), 2)
+            for k in ("client_ms", "service_ms", "overhead_ms")
+            for name, q in (("p50", 0.5), ("p95", 0.95))
+        },
+        "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"] for r in rows), 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="tiny", choices=["tiny", "0.6b"])
@@ -131,9 +146,17 @@ def main() -> int:
     ap.add_argument("--streams", default="1,4,8")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--frames", type=int, default=8)
+    ap.add_argument(
+        "--switch-ms",
+        default="",
+        help="comma-separated GIL switch intervals (ms) to compare, alternated rep by rep in this one "
+        "process (sys.setswitchinterval; e.g. 5,0.5); default: the process's own setting only",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
+    switches: list[float | None] = [float(x) for x in args.switch_ms.split(",") if x.strip()] or [None]
+    default_switch = sys.getswitchinterval()
 
     path = checkpoint(args.size, "custom_voice")
     engine = Engine.load(
@@ -150,30 +173,27 @@ def main() -> int:
             ws_once(ws_url, 2, 0)
             for n in levels:
                 for transport, fn, target in (("http", http_once, base), ("websocket", ws_once, ws_url)):
-                    rows: list[dict[str, float]] = []
+                    by_switch: dict[float | None, list[dict[str, float]]] = {sw: [] for sw in switches}
                     for rep in range(args.reps):
-                        rows += together(fn, target, n, args.frames, 1000 * rep + 10 * n)
-                    results[f"{transport}/{n}"] = {
-                        "streams": n,
-                        "transport": transport,
-                        "requests": len(rows),
-                        **{
-                            f"{k}_{name}": round(pct([r[k] for r in rows], q), 2)
-                            for k in ("client_ms", "service_ms", "overhead_ms")
-                            for name, q in (("p50", 0.5), ("p95", 0.95))
-                        },
-                        "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"] for r in rows), 2),
-                    }
+                        for sw in switches:  # alternated: drift falls on every setting alike
+                            sys.setswitchinterval(default_switch if sw is None else sw / 1000)
+                            by_switch[sw] += together(fn, target, n, args.frames, 1000 * rep + 10 * n)
+                    sys.setswitchinterval(default_switch)
+                    for sw, rows in by_switch.items():
+                        key = f"{transport}/{n}" + (f"/switch{sw:g}ms" if sw is not None else "")
+                        results[key] = _summary(n, transport, sw, rows)
         service.close()
 
     print(f"\nCPU: {cpu_name()}  model: {args.size} custom_voice  quant: {args.quant}  frames: {args.frames}")
     print(
-        f"{'transport':<10} {'N':>3} {'client p50':>11} {'service p50':>12} {'overhead p50':>13} {'p95':>8}"
+        f"{'transport':<10} {'N':>3} {'switch':>7} {'client p50':>11} {'service p50':>12} {'overhead p50':>13}"
+        f" {'p95':>8}"
     )
     for r in results.values():
+        sw = f"{r['switch_ms']:g}ms" if r["switch_ms"] is not None else "-"
         print(
-            f"{r['transport']:<10} {r['streams']:>3} {r['client_ms_p50']:>9.1f}ms {r['service_ms_p50']:>10.1f}ms"
-            f" {r['overhead_ms_p50']:>11.2f}ms {r['overhead_ms_p95']:>6.2f}ms"
+            f"{r['transport']:<10} {r['streams']:>3} {sw:>7} {r['client_ms_p50']:>9.1f}ms"
+            f" {r['service_ms_p50']:>10.1f}ms {r['overhead_ms_p50']:>11.2f}ms {r['overhead_ms_p95']:>6.2f}ms"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"http-{args.size}{'-' + args.quant if args.quant != 'none' else ''}.json"

@@ -13,9 +13,16 @@ token), total time, audio seconds, playback stalls, and for ``words`` how often 
 text. Prints a table, writes ``bench-results/text_pieces.json`` and a timeline plot (tokens arriving,
 audio chunks arriving, per scenario) as ``bench-results/text_pieces.png``.
 
+``--long N``: also a text of about N characters (default 0: skip; the issue's case is 5000) spoken
+whole through the long-text planner, one stream of sentence pieces, with each piece capped at
+``--long-piece-frames`` (random weights never draw end-of-speech, so uncapped pieces would each run
+to their derived limit): total time, real-time factor, playback stalls and, per piece, its prefill
+and whether it was prefilled ahead while the previous one played.
+
 Usage::
 
     python scripts/bench_text_pieces.py [--size 0.6b] [--quant none,int8] [--reps 3] [--frames 60]
+        [--long 5000 --long-piece-frames 60]
 """
 
 from __future__ import annotations
@@ -111,6 +118,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--frames", type=int, default=60, help="frames per run (random weights never stop)")
     ap.add_argument("--tokens-per-s", type=float, default=30.0)
+    ap.add_argument("--long", type=int, default=0, help="characters of a long text to speak whole (0: skip)")
+    ap.add_argument("--long-piece-frames", type=int, default=60)
     ap.add_argument("--out", type=Path, default=REPO / "bench-results" / "text_pieces.json")
     args = ap.parse_args()
 
@@ -133,8 +142,10 @@ def main() -> int:
         "text_chars": len(TEXT),
         "runs": {},
     }
-    for quant in [q.strip() for q in args.quant.split(",") if q.strip()]:
-        engine = Engine.load(EngineConfig(model=str(model), quant=quant, warmup=False))
+    quants = [q.strip() for q in args.quant.split(",") if q.strip()]
+    for quant in quants:
+        cap = args.long_piece_frames if args.long else 2400
+        engine = Engine.load(EngineConfig(model=str(model), quant=quant, warmup=False, max_frames_cap=cap))
         try:
             for scenario in scenarios:  # each path once before timing (first-call costs)
                 run_once(engine, scenario, tokens, dt / 10, {**base, "max_frames": 4})
@@ -142,6 +153,8 @@ def main() -> int:
             for _ in range(args.reps):
                 for scenario in scenarios:
                     runs[scenario].append(run_once(engine, scenario, tokens, dt, base))
+            if args.long:
+                results.setdefault("long", {})[quant] = long_text(engine, args.long, base)
         finally:
             engine.close()
         results["runs"][quant] = runs
@@ -173,12 +186,54 @@ def main() -> int:
             f"sooner than after the sentence, {s['full']['first_audio_ms'] / s['words']['first_audio_ms']:.1f}x "
             "sooner than after the whole text"
         )
+    for quant, row in results.get("long", {}).items():
+        print(
+            f"{quant:6} long text: {row['chars']} characters in {row['pieces']} pieces ({args.long_piece_frames}"
+            f" frames each at most): {row['total_ms'] / 1000:.1f} s for {row['audio_s']:.1f} s of audio (RTF"
+            f" {row['rtf']:.2f}), first audio {row['first_audio_ms']:.0f} ms, {row['stalls']} stalls /"
+            f" {row['stall_ms']:.0f} ms; next piece prefilled ahead {row['ahead']} of {row['pieces'] - 1}"
+        )
     results["summary"] = summary
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     _plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0
+
+
+def long_text(engine: Engine, chars: int, base: dict[str, Any]) -> dict[str, Any]:
+    """Speak ``chars`` characters of varied sentences whole (the planner cuts them into pieces)."""
+    sentences = [
+        "Thank you for calling the city library.",
+        "Our opening hours are nine to six on weekdays, and ten to four on Saturdays.",
+        "Dr. Smith's reading group meets at 3 p.m. in room 2.5 on the first floor.",
+        "To renew a book, press one; to reserve a study room, press two.",
+        "Please have your card number ready, it is the 14-digit number on the back.",
+    ]
+    text, i = "", 0
+    while len(text) < chars:
+        text += ("" if not text else " ") + sentences[i % len(sentences)]
+        i += 1
+    text = text[:chars].rsplit(" ", 1)[0]
+    request = {k: v for k, v in base.items() if k != "max_frames"}
+    t0 = time.perf_counter()
+    stream = engine.synthesize({**request, "text": text})
+    out = _consume(stream, t0)
+    t = stream.timing
+    pieces = t.extra.get("pieces", [])
+    return {
+        "chars": len(text),
+        "pieces": t.pieces,
+        "first_audio_ms": out["first_audio_ms"],
+        "total_ms": out["total_ms"],
+        "audio_s": t.audio_s,
+        "rtf": t.rtf,
+        "stalls": t.stalls,
+        "stall_ms": t.stall_ms,
+        "ahead": sum(1 for p in pieces if p.get("ahead")),
+        "piece_prefill_ms": [round(p.get("prefill_ms", 0.0), 1) for p in pieces],
+        "chunks": out["chunks"],
+    }
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:

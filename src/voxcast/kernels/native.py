@@ -14,7 +14,8 @@ variants (:data:`VARIANTS`), the first this CPU runs being the default:
   the weights are rounded. On an AMD Zen 3, 19-22 GB/s on the matrices above.
 
 Both are more exact than fbgemm (which rounds x to 8 bits), and a row's outputs do not depend on the
-other rows of the call.
+other rows of the call. ``VOXCAST_INT8_VARIANT`` forces one (e.g. ``avx2`` on an AVX-512 host, with
+``ATEN_CPU_CAPABILITY=avx2`` for PyTorch: what an AVX2-only host runs).
 
 The source is compiled with PyTorch's C++ extension builder (a C++ compiler and ninja) into
 ``VOXCAST_KERNEL_DIR`` (default ``~/.cache/voxcast/kernels``), ~20 s once per source and PyTorch
@@ -42,6 +43,7 @@ __all__ = [
     "KERNEL_DIR_ENV",
     "SOURCE",
     "VARIANTS",
+    "VARIANT_ENV",
     "build_dir",
     "linear",
     "load",
@@ -134,13 +136,20 @@ def variants() -> tuple[str, ...]:
     return tuple(v for v in VARIANTS if v == "avx2" or bool(torch.ops.voxcast.int8_vnni_supported()))
 
 
+#: Forces the variant chosen where none is asked for (e.g. ``avx2`` on an AVX-512 VNNI host, with
+#: ``ATEN_CPU_CAPABILITY=avx2`` for PyTorch's own kernels: what an AVX2-only host runs).
+VARIANT_ENV = "VOXCAST_INT8_VARIANT"
+
+
 def resolve(variant: str | None) -> str:
-    """``variant``, or this CPU's fastest for None.
+    """``variant``, else ``VOXCAST_INT8_VARIANT``, else this CPU's fastest.
 
     Raises:
         ValueError: not a variant, or one this CPU does not run.
         RuntimeError: the kernel cannot be built or run here at all.
     """
+    if variant is None:
+        variant = os.environ.get(VARIANT_ENV, "").strip().lower() or None
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"int8 kernel variant {variant!r} is not one of {', '.join(VARIANTS)}")
     runs = variants()
