@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -119,6 +120,47 @@ def together(fn: Any, target: str, n: int, frames: int, seed0: int) -> list[dict
     return out
 
 
+def client_main() -> int:
+    """``--client``: the clients in a process of their own (as real clients are: they do not share the
+    server's GIL). Reads one JSON command a line (transport, target, n, frames, seed0) and answers
+    each with a JSON line of the rows of :func:`together`."""
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        fn = http_once if cmd["transport"] == "http" else ws_once
+        print(json.dumps(together(fn, cmd["target"], cmd["n"], cmd["frames"], cmd["seed0"])), flush=True)
+    return 0
+
+
+class ClientProcess:
+    """A ``--client`` subprocess driven over its stdin/stdout."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--client"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def together(
+        self, transport: str, target: str, n: int, frames: int, seed0: int
+    ) -> list[dict[str, float]]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        cmd = {"transport": transport, "target": target, "n": n, "frames": frames, "seed0": seed0}
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the client process ended")
+        rows: list[dict[str, float]] = json.loads(line)
+        return rows
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
@@ -140,6 +182,8 @@ def _summary(n: int, transport: str, switch_ms: float | None, rows: list[dict[st
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--client"]:
+        return client_main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="tiny", choices=["tiny", "0.6b"])
     ap.add_argument("--quant", default="none")
@@ -151,6 +195,13 @@ def main() -> int:
         default="",
         help="comma-separated GIL switch intervals (ms) to compare, alternated rep by rep in this one "
         "process (sys.setswitchinterval; e.g. 5,0.5); default: the process's own setting only",
+    )
+    ap.add_argument(
+        "--clients",
+        default="process",
+        choices=["process", "threads"],
+        help="the clients in a process of their own (default: as real clients) or in threads of the "
+        "server's process (they then share its GIL)",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
@@ -171,17 +222,29 @@ def main() -> int:
             ws_url = base.replace("http://", "ws://") + "/v1/audio/speech/stream"
             http_once(base, 2, 0)  # the server's own first request (imports, connection pools)
             ws_once(ws_url, 2, 0)
+            clients = ClientProcess() if args.clients == "process" else None
+
+            def run(transport: str, target: str, n: int, seed0: int) -> list[dict[str, float]]:
+                if clients is not None:
+                    return clients.together(transport, target, n, args.frames, seed0)
+                return together(http_once if transport == "http" else ws_once, target, n, args.frames, seed0)
+
+            if clients is not None:  # its first requests: imports, connection pools
+                run("http", base, 1, 0)
+                run("websocket", ws_url, 1, 0)
             for n in levels:
-                for transport, fn, target in (("http", http_once, base), ("websocket", ws_once, ws_url)):
+                for transport, target in (("http", base), ("websocket", ws_url)):
                     by_switch: dict[float | None, list[dict[str, float]]] = {sw: [] for sw in switches}
                     for rep in range(args.reps):
                         for sw in switches:  # alternated: drift falls on every setting alike
                             sys.setswitchinterval(default_switch if sw is None else sw / 1000)
-                            by_switch[sw] += together(fn, target, n, args.frames, 1000 * rep + 10 * n)
+                            by_switch[sw] += run(transport, target, n, 1000 * rep + 10 * n)
                     sys.setswitchinterval(default_switch)
                     for sw, rows in by_switch.items():
                         key = f"{transport}/{n}" + (f"/switch{sw:g}ms" if sw is not None else "")
                         results[key] = _summary(n, transport, sw, rows)
+            if clients is not None:
+                clients.close()
         service.close()
 
     print(f"\nCPU: {cpu_name()}  model: {args.size} custom_voice  quant: {args.quant}  frames: {args.frames}")
