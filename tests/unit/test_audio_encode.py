@@ -90,35 +90,72 @@ def test_mulaw_stream_is_raw_g711() -> None:
     assert np.corrcoef(decoded, float_to_int16(resample(x, 24000, 8000)))[0, 1] > 0.999
 
 
-def test_flac_is_lossless_and_streams_at_finish() -> None:
-    x = _speechlike(0.5)
+def test_flac_is_lossless_and_streams_as_it_goes() -> None:
+    """Bytes leave before the end; the streamed file is the whole encoding once its header's sample
+    count is filled in, and it decodes to our int16 rounding exactly."""
+    x = _speechlike(1.0)
     for sr in SUPPORTED_SAMPLE_RATES:
         chunks = _stream(AudioFormat.FLAC, sr, x, seed=sr)
-        assert all(c == b"" for c in chunks[:-1])
-        assert chunks[-1] == encode_file(x, AudioFormat.FLAC, sr)
-        back, rate = sf.read(io.BytesIO(chunks[-1]), dtype="int16")
+        assert b"".join(chunks[:-1])  # not all at the end
+        whole = encode_file(x, AudioFormat.FLAC, sr)
+        assert stream_to_file(AudioFormat.FLAC, sr, b"".join(chunks)) == whole
+        back, rate = sf.read(io.BytesIO(whole), dtype="int16")
         assert rate == sr
         np.testing.assert_array_equal(back, float_to_int16(resample(x, NATIVE_SAMPLE_RATE, sr)))
 
 
-@pytest.mark.parametrize("fmt", [AudioFormat.MP3, AudioFormat.OPUS])
+@pytest.mark.parametrize("fmt", [AudioFormat.MP3, AudioFormat.OPUS, AudioFormat.AAC])
 def test_lossy_files_decode_to_rate_and_length(fmt: AudioFormat) -> None:
+    """Every chunking gives the bytes of the whole encoding; they decode to the rate and length."""
     x = _speechlike(1.0)
     rates = OPUS_SAMPLE_RATES if fmt == AudioFormat.OPUS else SUPPORTED_SAMPLE_RATES
     for sr in rates:
         data = b"".join(_stream(fmt, sr, x, seed=sr))
-        whole = encode_file(x, fmt, sr)
-        back, rate = sf.read(io.BytesIO(data), dtype="float32")
-        if fmt == AudioFormat.MP3:
-            assert data == whole
-        else:  # libsndfile gives each Ogg stream a random serial number: compare the decoded audio
-            np.testing.assert_array_equal(back, sf.read(io.BytesIO(whole), dtype="float32")[0])
-        assert rate == sr
-        # decoders may add or drop an encoder-delay's worth of samples (< 60 ms); a headerless MP3
-        # stream keeps LAME's delay and padding (< 160 ms at 8 kHz, where a frame is 72 ms)
-        slack = 0.16 if fmt == AudioFormat.MP3 else 0.06
-        assert abs(len(back) - len(x) * sr / NATIVE_SAMPLE_RATE) < slack * sr
+        assert data == encode_file(x, fmt, sr)
+        back, rate = _decode(data, fmt)
+        assert rate == (48000 if fmt == AudioFormat.OPUS else sr)  # Opus decodes at 48 kHz
+        # decoders may add an encoder delay's worth of samples (AAC: its 1024-sample priming, and a
+        # last frame's padding); a headerless MP3 stream keeps LAME's delay and padding (< 160 ms at
+        # 8 kHz, where a frame is 72 ms)
+        slack = {AudioFormat.MP3: 0.16, AudioFormat.OPUS: 0.06, AudioFormat.AAC: 2048 / sr + 0.01}[fmt]
+        assert abs(len(back) / rate - len(x) / NATIVE_SAMPLE_RATE) < slack
         assert 0.05 < float(np.sqrt(np.mean(back**2))) < 0.6
+
+
+def _decode(data: bytes, fmt: AudioFormat) -> tuple[np.ndarray, int]:
+    """Decoded mono float32 and its rate (PyAV: libsndfile reads no AAC)."""
+    import av
+
+    with av.open(io.BytesIO(data)) as f:
+        frames = [fr.to_ndarray().reshape(-1) for fr in f.decode(audio=0)]
+        rate = f.streams.audio[0].sample_rate
+    pcm = np.concatenate(frames)
+    scale = 32768.0 if np.issubdtype(pcm.dtype, np.integer) else 1.0
+    return (pcm / scale).astype(np.float32), rate
+
+
+@pytest.mark.parametrize(
+    ("fmt", "sr"), [(AudioFormat.OPUS, 48000), (AudioFormat.OPUS, 8000), (AudioFormat.AAC, 24000)]
+)
+def test_opus_and_aac_stream_within_the_first_chunks(fmt: AudioFormat, sr: int) -> None:
+    """Opus: the headers and a page per 20 ms frame from the first 80 ms chunk; AAC: ADTS frames
+    once its 1024-sample priming is filled (the second chunk)."""
+    x = _speechlike(1.0)
+    enc = StreamEncoder(fmt, sr)
+    assert enc.streamable
+    first = [enc.encode(x[i : i + 1920]) for i in range(0, 4 * 1920, 1920)]
+    assert first[1] and sum(map(len, first)) > 200
+    assert fmt != AudioFormat.OPUS or first[0].startswith(b"OggS")
+    assert fmt != AudioFormat.AAC or first[1][:2] in (b"\xff\xf1", b"\xff\xf9")  # ADTS sync word
+
+
+def test_an_empty_stream_has_no_file() -> None:
+    for fmt in (AudioFormat.FLAC, AudioFormat.OPUS, AudioFormat.AAC):
+        enc = StreamEncoder(fmt, 24000)
+        with pytest.raises(ValueError, match="empty"):
+            enc.finish()
+        with pytest.raises(ValueError, match="empty"):
+            encode_file(np.zeros(0, np.float32), fmt, 24000)
 
 
 def test_mp3_streams_frames_as_it_goes_whatever_the_chunking() -> None:
@@ -149,7 +186,9 @@ def test_encoder_attributes_and_lifecycle() -> None:
     assert enc.streamable and enc.content_type == "audio/PCMU;rate=8000"
     assert (enc.file_content_type, enc.file_extension) == ("audio/wav", "wav")
     opus = StreamEncoder(AudioFormat.OPUS, 24000)
-    assert not opus.streamable and opus.file_extension == "opus"
+    assert opus.streamable and opus.file_extension == "opus"
+    aac = StreamEncoder(AudioFormat.AAC, 44100)
+    assert (aac.content_type, aac.file_extension) == ("audio/aac", "aac")
     assert StreamEncoder(AudioFormat.MP3, 8000).streamable
     enc.finish()
     with pytest.raises(RuntimeError):

@@ -11,11 +11,10 @@ Protocol (one response = one format at one sample rate):
   (mu-law) or 6 (A-law), 8 bits per sample, which phone systems and players open.
 * ``mp3``: MPEG audio frames as LAME completes them (:mod:`voxcast.audio.mp3`: CBR, no info frame);
   the chunks concatenate to the complete file.
-* ``flac`` / ``opus`` (Ogg Opus): not streamable here. :meth:`StreamEncoder.encode` returns
-  ``b""`` and :meth:`StreamEncoder.finish` returns the whole file, identical to :func:`encode_file`.
-  (libsndfile patches the FLAC header on close and writes no Ogg pages before it.)
-  FLAC and MP3 output is deterministic; each Ogg Opus file gets a random stream serial number from
-  libsndfile, so two encodings of the same audio differ in bytes but decode identically.
+* ``flac`` / ``opus`` (Ogg Opus) / ``aac`` (ADTS): packets as FFmpeg's encoder completes them
+  (:mod:`voxcast.audio.av_stream`); the chunks concatenate to the file, except that a streamed
+  FLAC's header says "length unknown" and :func:`stream_to_file` fills in the sample count.
+  Every format's output is deterministic (the same audio gives the same bytes).
 
 Resampling is stateful (:mod:`voxcast.audio.resample`), so for every format the concatenation of
 ``encode`` outputs and ``finish()`` equals the one-shot encoding byte for byte (after the header
@@ -25,11 +24,9 @@ can carry a few ms less audio than went in, and ``finish()`` returns the rest.
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
-import soundfile as sf
 
+from voxcast.audio.av_stream import AV_FORMATS, AvEncoder, finalize_flac
 from voxcast.audio.formats import (
     NATIVE_SAMPLE_RATE,
     STREAMABLE_FORMATS,
@@ -52,11 +49,6 @@ _WAV_CODECS = {
     AudioFormat.ALAW: WavCodec.ALAW,
 }
 
-_SOUNDFILE = {
-    AudioFormat.FLAC: ("FLAC", "PCM_16"),
-    AudioFormat.OPUS: ("OGG", "OPUS"),
-}
-
 
 def _raw_bytes(fmt: AudioFormat, x: np.ndarray) -> bytes:
     """Samples (float32 at the output rate) as the raw bytes of a streamable format."""
@@ -66,17 +58,6 @@ def _raw_bytes(fmt: AudioFormat, x: np.ndarray) -> bytes:
     if fmt == AudioFormat.ALAW:
         return alaw_encode(pcm16).tobytes()
     return pcm16.astype("<i2", copy=False).tobytes()
-
-
-def _soundfile_bytes(fmt: AudioFormat, x: np.ndarray, sample_rate: int) -> bytes:
-    """A whole flac/opus file via libsndfile (FLAC gets our int16 rounding, Opus floats)."""
-    if len(x) == 0:
-        raise ValueError(f"cannot encode an empty {fmt} file")
-    container, subtype = _SOUNDFILE[fmt]
-    data = float_to_int16(x) if fmt == AudioFormat.FLAC else np.clip(x, -1.0, 1.0).astype(np.float32)
-    buf = io.BytesIO()
-    sf.write(buf, data, sample_rate, format=container, subtype=subtype)
-    return buf.getvalue()
 
 
 def _wav_file(fmt: AudioFormat, data: bytes, sample_rate: int) -> bytes:
@@ -93,7 +74,7 @@ class StreamEncoder:
         input_rate: rate of the audio passed to :meth:`encode` (the native 24 kHz by default).
 
     Attributes:
-        streamable: whether :meth:`encode` returns audio as it comes (pcm, wav, mulaw, alaw).
+        streamable: whether :meth:`encode` returns audio as it comes (every format now).
         content_type: MIME type of the streamed bytes (e.g. ``audio/PCMU;rate=8000``).
         file_content_type: MIME type of the complete object (``audio/wav`` for mulaw/alaw).
         file_extension: extension of the complete object, without dot.
@@ -111,10 +92,11 @@ class StreamEncoder:
         self.file_content_type = file_content_type(self.format)
         self.file_extension = file_extension(self.format)
         self._resampler = StreamResampler(input_rate, sample_rate)
-        self._pending: list[np.ndarray] = []
         self._header_sent = False
         self._finished = False
+        self._samples = 0
         self._mp3 = Mp3Encoder(sample_rate) if self.format == AudioFormat.MP3 else None
+        self._av = AvEncoder(self.format, sample_rate) if self.format in AV_FORMATS else None
 
     def encode(self, pcm: np.ndarray) -> bytes:
         """Encode the next chunk of audio.
@@ -124,7 +106,7 @@ class StreamEncoder:
 
         Returns:
             Bytes to send now: for ``wav`` the first call's bytes start with the streaming header;
-            ``b""`` for non-streamable formats (and possibly for tiny chunks held by the resampler).
+            possibly ``b""`` (samples held by the resampler or by an encoder's frame or look-ahead).
 
         Raises:
             RuntimeError: called after :meth:`finish`.
@@ -137,11 +119,11 @@ class StreamEncoder:
         """Flush the resampler and end the stream.
 
         Returns:
-            The last bytes (streamable formats) or the whole file (flac/opus).
+            The last bytes.
 
         Raises:
             RuntimeError: called twice.
-            ValueError: a flac/opus stream that received no audio.
+            ValueError: a flac/opus/aac stream that received no audio (it would be a file of headers).
         """
         if self._finished:
             raise RuntimeError("StreamEncoder.finish() called twice")
@@ -149,18 +131,18 @@ class StreamEncoder:
         self._finished = True
         if self._mp3 is not None:
             return tail + self._mp3.finish()
-        if self.streamable:
-            return tail
-        x = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
-        self._pending.clear()
-        return _soundfile_bytes(self.format, x, self.sample_rate)
+        if self._av is not None:
+            if not self._samples:
+                raise ValueError(f"cannot encode an empty {self.format} file")
+            return tail + self._av.finish()
+        return tail
 
     def _emit(self, x: np.ndarray) -> bytes:
+        self._samples += x.size
         if self._mp3 is not None:
             return self._mp3.encode(x)
-        if not self.streamable:
-            self._pending.append(x)
-            return b""
+        if self._av is not None:
+            return self._av.encode(x)
         out = _raw_bytes(self.format, x)
         if self.format == AudioFormat.WAV and not self._header_sent:
             self._header_sent = True
@@ -179,7 +161,8 @@ def encode_file(
     Args:
         pcm_native: 1-D float32 (or int16) samples at ``input_rate``.
         format: output format: ``pcm`` gives raw s16le; ``wav`` a PCM16 WAV; ``mulaw``/``alaw`` a
-            G.711 WAV (format tag 7/6); ``mp3`` via LAME; ``flac`` and ``opus`` (Ogg) via libsndfile.
+            G.711 WAV (format tag 7/6); ``mp3`` via LAME; ``flac``, ``opus`` (Ogg) and ``aac`` (ADTS)
+            via FFmpeg (:mod:`voxcast.audio.av_stream`).
         sample_rate: output rate.
         input_rate: rate of ``pcm_native`` (native 24 kHz by default).
 
@@ -187,7 +170,7 @@ def encode_file(
         The file bytes.
 
     Raises:
-        ValueError: unsupported rate for the format, or empty audio for flac/opus.
+        ValueError: unsupported rate for the format, or empty audio for flac/opus/aac.
     """
     fmt = AudioFormat(format)
     check_format_rate(fmt, sample_rate)
@@ -195,8 +178,12 @@ def encode_file(
     if fmt == AudioFormat.MP3:
         mp3 = Mp3Encoder(sample_rate)
         return mp3.encode(x) + mp3.finish()
-    if fmt in _SOUNDFILE:
-        return _soundfile_bytes(fmt, x, sample_rate)
+    if fmt in AV_FORMATS:
+        if not x.size:
+            raise ValueError(f"cannot encode an empty {fmt} file")
+        enc = AvEncoder(fmt, sample_rate)
+        data = enc.encode(x) + enc.finish()
+        return finalize_flac(data, x.size) if fmt == AudioFormat.FLAC else data
     data = _raw_bytes(fmt, x)
     return data if fmt == AudioFormat.PCM else _wav_file(fmt, data, sample_rate)
 
@@ -211,9 +198,11 @@ def stream_to_file(format: AudioFormat, sample_rate: int, streamed: bytes) -> by
 
     Returns:
         Bytes equal to :func:`encode_file` of the same audio: ``wav`` gets true sizes, ``mulaw``/``alaw``
-        are wrapped in a G.711 WAV, the other formats are already complete.
+        are wrapped in a G.711 WAV, ``flac`` gets its sample count, the other formats are complete.
     """
     fmt = AudioFormat(format)
+    if fmt == AudioFormat.FLAC:
+        return finalize_flac(streamed)
     if fmt == AudioFormat.WAV:
         return finalize_stream(streamed)
     if fmt in (AudioFormat.MULAW, AudioFormat.ALAW):

@@ -28,7 +28,7 @@ NATIVE_SAMPLE_RATE = 24000
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 
 OPUS_SAMPLE_RATES = (8000, 16000, 24000, 48000)
-"""Supported rates that Opus can carry (Opus knows 8/12/16/24/48 kHz only; libsndfile refuses others)."""
+"""Supported rates that Opus can carry (Opus knows 8/12/16/24/48 kHz only; libopus refuses others)."""
 
 
 class AudioFormat(StrEnum):
@@ -42,14 +42,12 @@ class AudioFormat(StrEnum):
     FLAC = "flac"
     MP3 = "mp3"
     OPUS = "opus"
+    AAC = "aac"
 
 
-STREAMABLE_FORMATS = frozenset(
-    {AudioFormat.PCM, AudioFormat.WAV, AudioFormat.MULAW, AudioFormat.ALAW, AudioFormat.MP3}
-)
-"""Formats whose bytes can be sent as they are produced. flac/opus are encoded whole at the end
-(libsndfile patches the FLAC header on close and writes no Ogg pages until close), so their single
-chunk arrives when the stream finishes."""
+STREAMABLE_FORMATS = frozenset(AudioFormat)
+"""Formats whose bytes are sent as they are produced: all of them (flac, opus and aac through FFmpeg's
+encoders and muxers, :mod:`voxcast.audio.av_stream`)."""
 
 _EXTENSIONS = {
     AudioFormat.PCM: "pcm",
@@ -59,6 +57,7 @@ _EXTENSIONS = {
     AudioFormat.FLAC: "flac",
     AudioFormat.MP3: "mp3",
     AudioFormat.OPUS: "opus",
+    AudioFormat.AAC: "aac",
 }
 
 _FILE_TYPES = {
@@ -69,6 +68,7 @@ _FILE_TYPES = {
     AudioFormat.FLAC: "audio/flac",
     AudioFormat.MP3: "audio/mpeg",
     AudioFormat.OPUS: "audio/ogg; codecs=opus",
+    AudioFormat.AAC: "audio/aac",
 }
 
 

@@ -2,8 +2,7 @@
 
 OpenAI's fields: ``model`` (any name: one model per server), ``input`` (the text), ``voice`` (a name,
 or ``{"id": ...}`` for a registered voice), ``instructions`` (voxcast's ``instruct``),
-``response_format`` (OpenAI's default ``mp3``; ``aac`` has no maintained encoder here and is refused
-naming the field), ``speed`` (only 1.0: the models have no rate control, so any other value is a
+``response_format`` (OpenAI's default ``mp3``; every OpenAI format, each streamed), ``speed`` (only 1.0: the models have no rate control, so any other value is a
 clear error rather than silently ignored) and ``stream_format`` (``audio`` or ``sse``). Every other
 field of voxcast's schema (``seed``, ``language``, ``sample_rate``, ``cache``...) is accepted as an
 extension and validated by the schema, which names the offending field.
@@ -19,7 +18,6 @@ from voxcast.errors import InvalidRequest
 __all__ = ["STREAM_FORMATS", "speech_request"]
 
 STREAM_FORMATS = ("audio", "sse")
-_FORMATS = "mp3, opus, flac, wav, pcm, mulaw or alaw"
 
 
 def speech_request(body: Any) -> tuple[dict[str, Any], str]:
@@ -53,7 +51,5 @@ def speech_request(body: Any) -> tuple[dict[str, Any], str]:
         if set(voice) != {"id"} or not isinstance(voice["id"], str):
             raise InvalidRequest('voice as an object must be {"id": "<voice id>"}', field="voice.id")
         out["voice"] = voice["id"]
-    fmt = out.setdefault("response_format", "mp3")
-    if fmt == "aac":
-        raise InvalidRequest(f"response_format aac is not available; use {_FORMATS}", field="response_format")
+    out.setdefault("response_format", "mp3")
     return out, stream_format
