@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -11,6 +12,10 @@ _PLUGINS = ["tests.fixtures.models", "tests.fixtures.engines", "tests.fixtures.r
 pytest_plugins = [p for p in _PLUGINS if importlib.util.find_spec(p) is not None]
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+# Warm-up measures the decode thread again in every test (and in the processes tests start), rather
+# than recall a choice an earlier run stored; tests of that cache point it at a folder of their own.
+os.environ.setdefault("VOXCAST_CALIBRATION_DIR", "off")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -140,3 +140,36 @@ def test_warmup_calibrates_when_auto(tiny_model_dir: Factory) -> None:
         assert fixed.decode_calibration is None and fixed.decode_threaded
     finally:
         fixed.close()
+
+
+def test_warmup_remembers_the_choice_per_machine_and_model(
+    tiny_model_dir: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second start on the same machine with the same model and settings takes the stored
+    choice instead of measuring (VOXCAST_CALIBRATION_DIR); other settings measure again; an
+    unreadable record is measured over."""
+    monkeypatch.setenv("VOXCAST_CALIBRATION_DIR", str(tmp_path))
+    model = str(tiny_model_dir("custom_voice"))
+
+    def start(max_active: int = 4) -> dict[str, Any]:
+        eng = Engine.load(
+            EngineConfig(model=model, device="cpu", decode_thread="auto", max_active=max_active)
+        )
+        try:
+            assert eng.decode_calibration is not None
+            assert eng.decode_threaded is eng.decode_calibration["decode_thread"]
+            return dict(eng.decode_calibration)
+        finally:
+            eng.close()
+
+    first = start()
+    assert "cached" not in first and len(list(tmp_path.glob("decode-*.json"))) == 1
+    again = start()
+    assert again == {**first, "cached": True}
+    other = start(max_active=2)
+    assert "cached" not in other and len(list(tmp_path.glob("decode-*.json"))) == 2
+    for path in tmp_path.glob("decode-*.json"):
+        path.write_text("{not json")
+    assert "cached" not in start()
+    monkeypatch.setenv("VOXCAST_CALIBRATION_DIR", "off")
+    assert "cached" not in start()

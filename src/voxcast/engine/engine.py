@@ -495,7 +495,7 @@ class Engine:
         # the named speakers' prompt prefixes, so no first request computes one
         on_fresh_thread(self.model.fill_speaker_prefixes)
         if self.config.decode_thread == "auto":
-            self.calibrate_decode_thread(sample=pairs[0])
+            self._calibrate_or_recall(pairs[0])
         self.warmup_ms = (time.perf_counter() - t0) * 1000
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
@@ -544,6 +544,26 @@ class Engine:
             self.decode_calibration["off_ms"],
         )
         return choice
+
+    def _calibrate_or_recall(self, sample: tuple[SynthesisRequest, Any]) -> None:
+        """``decode_thread=auto``: the choice measured before on this machine for this model and
+        these settings (:mod:`voxcast.engine.calibration_cache`), else measure it and remember it."""
+        from voxcast.engine import calibration_cache
+
+        key = calibration_cache.calibration_key(self.identity, self.options, self.config.max_active)
+        cached = calibration_cache.load(key)
+        if cached is not None:
+            self._use_decode_thread(bool(cached["decode_thread"]))
+            self.decode_calibration = {**cached, "cached": True}
+            log.info(
+                "decode thread %s: as measured before on this machine (%s)",
+                "on" if cached["decode_thread"] else "off",
+                calibration_cache.cache_dir(),
+            )
+            return
+        self.calibrate_decode_thread(sample=sample)
+        if self.decode_calibration is not None:
+            calibration_cache.store(key, self.decode_calibration)
 
     def _use_decode_thread(self, threaded: bool) -> None:
         """Swap the decode stage (only while no stream is running: its jobs would be split)."""
