@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pipecat", reason="the pipecat extra is not installed")
@@ -17,6 +18,9 @@ from pipecat.frames.frames import (
     ErrorFrame,
     Frame,
     InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
     TTSStartedFrame,
@@ -28,7 +32,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from tests.fixtures.http_server import Recorder, ended, running
-from voxcast.integrations.pipecat import VoxcastTTSService
+from voxcast.integrations.pipecat import VoxcastTTSService, VoxcastWebsocketTTSService
 from voxcast.service import Service
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
@@ -67,7 +71,7 @@ def base_url(service: Service) -> Iterator[str]:
 
 
 async def _run(
-    tts: VoxcastTTSService,
+    tts: VoxcastTTSService | VoxcastWebsocketTTSService,
     script: Callable[[PipelineWorker, Sink], Any],
     rate: int,
     upstream: Sink | None = None,
@@ -165,3 +169,80 @@ def test_a_server_error_becomes_an_error_frame(base_url: str) -> None:
     asyncio.run(_run(tts, script, 24000, upstream))
     error = next(f for f in upstream.frames if isinstance(f, ErrorFrame))
     assert "voxcast 400" in error.error and "voice" in error.error
+
+
+def _tokens(text: str) -> list[str]:
+    """LLM-like tokens: a word with its leading space, long words in parts."""
+    out: list[str] = []
+    for i, word in enumerate(text.split(" ")):
+        word = word if i == 0 else " " + word
+        out += [word[j : j + 4] for j in range(0, len(word), 4)]
+    return out
+
+
+def test_llm_tokens_are_spoken_as_one_utterance_over_the_websocket(base_url: str, service: Service) -> None:
+    """TOKEN aggregation: the reply's tokens feed one utterance as they arrive; its audio is the
+    whole reply's (same seed, streaming-text layout) to one 16-bit step."""
+    text = "Sure, I can help with that. Your order shipped yesterday."
+    extra = {"seed": 6, "max_frames": 30, "cache": False}
+    opened = Recorder(service)
+    try:
+        tts = VoxcastWebsocketTTSService(
+            base_url=base_url,
+            api_key=KEY,
+            extra=extra,
+            settings=VoxcastWebsocketTTSService.Settings(voice="ryan"),
+        )
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(LLMFullResponseStartFrame())
+            for token in _tokens(text):
+                await worker.queue_frame(LLMTextFrame(token))
+                await asyncio.sleep(0.01)
+            await worker.queue_frame(LLMFullResponseEndFrame())
+            await asyncio.wait_for(_stopped(sink), 60)
+
+        sink = asyncio.run(_run(tts, script, 16000))
+    finally:
+        opened.restore()
+    assert len(opened.streams) == 1  # one utterance for the whole reply
+    kinds = [
+        type(f) for f in sink.frames if isinstance(f, TTSStartedFrame | TTSAudioRawFrame | TTSStoppedFrame)
+    ]
+    assert kinds[0] is TTSStartedFrame and kinds[-1] is TTSStoppedFrame and TTSAudioRawFrame in kinds
+    audio = [f for f in sink.frames if isinstance(f, TTSAudioRawFrame)]
+    assert all(f.sample_rate == 16000 for f in audio)
+    whole = b"".join(
+        c.data
+        for c in service.synthesize(
+            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000,
+             "non_streaming_text": False, **extra}
+        )
+    )  # fmt: skip
+    got = np.frombuffer(b"".join(f.audio for f in audio), "<i2").astype(np.int32)
+    want = np.frombuffer(whole, "<i2").astype(np.int32)
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+def test_an_interruption_clears_the_websocket_utterance(base_url: str, service: Service) -> None:
+    opened = Recorder(service)
+    try:
+        tts = VoxcastWebsocketTTSService(
+            base_url=base_url, api_key=KEY, extra={"max_frames": 3000},
+            settings=VoxcastWebsocketTTSService.Settings(voice="ryan"),
+        )  # fmt: skip
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(LLMFullResponseStartFrame())
+            for token in _tokens("A long answer that the caller talks over, and over."):
+                await worker.queue_frame(LLMTextFrame(token))
+            await asyncio.wait_for(sink.audio.wait(), 60)
+            await worker.queue_frame(InterruptionFrame())
+
+        asyncio.run(_run(tts, script, 24000))
+    finally:
+        opened.restore()
+    assert len(opened.streams) == 1
+    result = ended(opened.streams[0])
+    assert result.timing.finish_reason == "cancelled" and result.timing.frames < 3000
