@@ -109,13 +109,9 @@ def one_frame_codec_ms(engine: Engine, voice: Any, reps: int = 5) -> float:
 
 def cpu_name() -> str:
     """The CPU's model name (every figure names its CPU)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    from voxcast.engine.calibration_cache import cpu_model
+
+    return cpu_model()
 
 
 _FLAGS = (

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CALIBRATION_DIR_ENV", "cache_dir", "calibration_key", "load", "store"]
+__all__ = ["CALIBRATION_DIR_ENV", "cache_dir", "calibration_key", "cpu_model", "load", "store"]
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ def cache_dir() -> Path | None:
     return Path(raw) if raw else Path.home() / ".cache" / "voxcast" / "calibration"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what ``platform`` knows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -52,7 +53,7 @@ def _cpu_model() -> str:
 def calibration_key(identity: str, options: Any, max_active: int) -> str:
     """A name for the circumstances of one measurement (see the module docstring)."""
     parts = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

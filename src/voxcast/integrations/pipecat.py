@@ -66,6 +66,24 @@ class VoxcastTTSSettings(TTSSettings):
     instructions: str | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
 
 
+def _settings_store(settings: VoxcastTTSSettings | None) -> VoxcastTTSSettings:
+    """The defaults (speaker ``ryan``) updated with the caller's settings."""
+    store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None)
+    if settings is not None:
+        store.apply_update(settings)
+    return store
+
+
+def _language(language: Language) -> str:
+    """Pipecat's language codes -> voxcast's names (``en-US`` -> ``english``); others: ``auto``."""
+    return _LANGUAGES.get(str(Language(language).value).split("-")[0].lower(), "auto")
+
+
+def _check_rate(sample_rate: int) -> None:
+    if sample_rate not in SAMPLE_RATES:
+        raise ValueError(f"voxcast produces {SAMPLE_RATES} Hz, not {sample_rate}")
+
+
 class VoxcastTTSService(TTSService):
     """Text to speech on a voxcast server (see the module docstring)."""
 
@@ -92,11 +110,12 @@ class VoxcastTTSService(TTSService):
             session: an aiohttp session to share; default: one of its own.
             settings: voice, language, instructions (updatable while the pipeline runs).
         """
-        store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None)
-        if settings is not None:
-            store.apply_update(settings)
         super().__init__(
-            sample_rate=sample_rate, push_start_frame=True, push_stop_frames=True, settings=store, **kwargs
+            sample_rate=sample_rate,
+            push_start_frame=True,
+            push_stop_frames=True,
+            settings=_settings_store(settings),
+            **kwargs,
         )
         self._url = base_url.rstrip("/") + "/v1/audio/speech"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -108,13 +127,11 @@ class VoxcastTTSService(TTSService):
         return True
 
     def language_to_service_language(self, language: Language) -> str | None:
-        """Pipecat's language codes -> voxcast's names (``en-US`` -> ``english``); others: ``auto``."""
-        return _LANGUAGES.get(str(Language(language).value).split("-")[0].lower(), "auto")
+        return _language(language)
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
-        if self.sample_rate not in SAMPLE_RATES:
-            raise ValueError(f"voxcast produces {SAMPLE_RATES} Hz, not {self.sample_rate}")
+        _check_rate(self.sample_rate)
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
 
@@ -198,11 +215,10 @@ class VoxcastWebsocketTTSService(WebsocketTTSService):
             settings: voice, language, instructions (updatable while the pipeline runs; a change
                 takes effect at the next turn).
         """
-        store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None)
-        if settings is not None:
-            store.apply_update(settings)
         kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
-        super().__init__(sample_rate=sample_rate, push_start_frame=True, settings=store, **kwargs)
+        super().__init__(
+            sample_rate=sample_rate, push_start_frame=True, settings=_settings_store(settings), **kwargs
+        )
         url = base_url.rstrip("/") + "/v1/audio/speech/stream"
         self._url = "ws" + url[len("http") :] if url.startswith("http") else url
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -219,13 +235,11 @@ class VoxcastWebsocketTTSService(WebsocketTTSService):
         return True
 
     def language_to_service_language(self, language: Language) -> str | None:
-        """Pipecat's language codes -> voxcast's names (``en-US`` -> ``english``); others: ``auto``."""
-        return _LANGUAGES.get(str(Language(language).value).split("-")[0].lower(), "auto")
+        return _language(language)
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
-        if self.sample_rate not in SAMPLE_RATES:
-            raise ValueError(f"voxcast produces {SAMPLE_RATES} Hz, not {self.sample_rate}")
+        _check_rate(self.sample_rate)
         await self._connect()
 
     async def stop(self, frame: EndFrame) -> None:
