@@ -839,11 +839,16 @@ class Engine:
             act.wait_since = None
 
     def _wait_for_text(self, act: Active) -> None:
-        """``act``'s next frame needs text not yet final: no step; its frames so far go out now."""
+        """``act``'s next frame needs text not yet final: no step meanwhile.
+
+        Waiting for a token keeps the chunk schedule (a partial chunk waits with it), so the chunks,
+        and the audio decoded from them, are bitwise those of the whole text at once. Waiting for the
+        next sentence (a whole-text layout) sends the spoken sentence's last frames at once instead.
+        """
         if act.wait_since is None:
             act.wait_since = time.monotonic()
             act.waits += 1
-            if act.pending:  # do not hold audio back behind text that may take a while
+            if act.text_wait and act.pending:
                 self._emit(act)
 
     def _plan(self, text: str) -> list[str]:
