@@ -28,9 +28,9 @@ from voxcast.audio.wav import data_span
 from voxcast.cache import AudioCache, CachedStream
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.engine.request import MAX_TEXT_CHARS, SynthesisRequest, parse_open_request, parse_request
+from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.stream import SynthesisStream
-from voxcast.engine.text_feed import TextFeed
+from voxcast.engine.text_feed import TextFeed, require_feed
 from voxcast.engine.timing import Timing
 from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.errors import InvalidRequest, StorageError, VoiceNotFound
@@ -250,15 +250,11 @@ class ServiceStream(Iterator[EncodedChunk]):
         Raises:
             InvalidRequest: not an open stream, its text is complete, or it grew too long ("text").
         """
-        if self.feed is None:
-            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
-        self.feed.push(delta)
+        require_feed(self.feed).push(delta)
 
     def close_text(self) -> None:
         """The text of a stream from :meth:`Service.open` is complete (thread-safe, idempotent)."""
-        if self.feed is None:
-            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
-        self.feed.close()
+        require_feed(self.feed).close()
 
     def cancel(self) -> None:
         """Stop (thread-safe): the engine stops within one frame; a cache read stops at its next chunk."""
@@ -435,10 +431,8 @@ class Service:
             self.metrics.request_ended(entry, None, e)
             log_request("", entry, self.metrics.model, None, None, e.code)
             raise
-        feed = TextFeed(MAX_TEXT_CHARS)
-        if initial:
-            feed.push(initial)
-        return ServiceStream(self, req, self.config.store_audio if store is None else store, entry, feed)
+        store = self.config.store_audio if store is None else store
+        return ServiceStream(self, req, store, entry, TextFeed(text=initial))
 
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
         t0 = s.t_start = time.perf_counter()
@@ -551,7 +545,10 @@ class Service:
         audio_key, error = None, None
         if timing.finish_reason != "cancelled" and (s._store or key is not None):
             audio_key, error = self._persist(
-                s, key, stream_to_file(req.response_format, req.sample_rate, streamed), timing
+                s,
+                key,
+                stream_to_file(req.response_format, req.sample_rate, streamed, encoder.samples),
+                timing,
             )
         error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)

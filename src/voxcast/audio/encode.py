@@ -94,7 +94,8 @@ class StreamEncoder:
         self._resampler = StreamResampler(input_rate, sample_rate)
         self._header_sent = False
         self._finished = False
-        self._samples = 0
+        #: Samples encoded so far (at the output rate).
+        self.samples = 0
         self._mp3 = Mp3Encoder(sample_rate) if self.format == AudioFormat.MP3 else None
         self._av = AvEncoder(self.format, sample_rate) if self.format in AV_FORMATS else None
 
@@ -132,13 +133,13 @@ class StreamEncoder:
         if self._mp3 is not None:
             return tail + self._mp3.finish()
         if self._av is not None:
-            if not self._samples:
+            if not self.samples:
                 raise ValueError(f"cannot encode an empty {self.format} file")
             return tail + self._av.finish()
         return tail
 
     def _emit(self, x: np.ndarray) -> bytes:
-        self._samples += x.size
+        self.samples += x.size
         if self._mp3 is not None:
             return self._mp3.encode(x)
         if self._av is not None:
@@ -188,13 +189,17 @@ def encode_file(
     return data if fmt == AudioFormat.PCM else _wav_file(fmt, data, sample_rate)
 
 
-def stream_to_file(format: AudioFormat, sample_rate: int, streamed: bytes) -> bytes:
+def stream_to_file(
+    format: AudioFormat, sample_rate: int, streamed: bytes, samples: int | None = None
+) -> bytes:
     """The complete object for a finished stream, from the concatenation of all its chunks.
 
     Args:
         format: the stream's format.
         sample_rate: the stream's rate.
         streamed: every byte :class:`StreamEncoder` returned (``encode`` outputs + ``finish()``).
+        samples: the encoder's :attr:`~StreamEncoder.samples`, where known (a FLAC stream's header
+            gets it; otherwise it is counted by decoding the stream).
 
     Returns:
         Bytes equal to :func:`encode_file` of the same audio: ``wav`` gets true sizes, ``mulaw``/``alaw``
@@ -202,7 +207,7 @@ def stream_to_file(format: AudioFormat, sample_rate: int, streamed: bytes) -> by
     """
     fmt = AudioFormat(format)
     if fmt == AudioFormat.FLAC:
-        return finalize_flac(streamed)
+        return finalize_flac(streamed, samples)
     if fmt == AudioFormat.WAV:
         return finalize_stream(streamed)
     if fmt in (AudioFormat.MULAW, AudioFormat.ALAW):

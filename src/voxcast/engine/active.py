@@ -67,6 +67,11 @@ class Active:
     wait_s: float = 0.0
     waits: int = 0
 
+    @property
+    def waiting_text(self) -> bool:
+        """Whether the stream waits for text: its next token, or (a whole-text layout) its next sentence."""
+        return self.text_wait or self.generator.waiting
+
     def close_piece(self, finish_reason: str) -> None:
         """Complete the current piece's record (its frames and why it ended)."""
         if self.piece_log:

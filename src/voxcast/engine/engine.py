@@ -37,7 +37,7 @@ from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.memory import rss_mb, trim_heap
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
-from voxcast.engine.request import MAX_TEXT_CHARS, SynthesisRequest, parse_open_request, parse_request
+from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.runtime_info import runtime_choices
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.text_feed import TextFeed
@@ -78,10 +78,10 @@ class _Opening:
     stream: SynthesisStream
     prompt: OpenPrompt | None
     seen: int = -1
-    sentences: Sentences | None = None
+    sentences: _Sentences | None = None
 
 
-class Sentences:
+class _Sentences:
     """The complete sentences of a text that arrives in pieces, for layouts that need whole text:
     each one is a piece of the stream as soon as the text after it has started (or the text closed)."""
 
@@ -406,15 +406,17 @@ class Engine:
         (finish reason "text_timeout"). ``feed``: a caller's own :class:`TextFeed` (the service
         creates it before the stream starts); its text up front comes before ``request``'s text.
 
+        A layout that needs whole text (``non_streaming_text=True``) is spoken sentence by sentence,
+        each as soon as the text after it has started.
+
         Raises:
-            InvalidRequest: bad settings (later, from iteration: the model cannot take text in pieces
-                with these settings, e.g. ``non_streaming_text=True``).
+            InvalidRequest: bad settings (model-dependent problems come from iteration).
         """
         req, initial = parse_open_request(request)
         prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
         if feed is None:
-            feed = TextFeed(MAX_TEXT_CHARS)
-        if initial:
+            feed = TextFeed(text=initial)
+        elif initial:
             feed.push(initial)
         feed.on_change = self._wake.set
         return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare, feed, self._wake.set)
@@ -643,11 +645,7 @@ class Engine:
 
     def _runnable(self) -> bool:
         """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
-        return bool(
-            self._prefilling
-            or self._ahead
-            or any(not (a.text_wait or a.generator.waiting) for a in self._active)
-        )
+        return bool(self._prefilling or self._ahead or any(not a.waiting_text for a in self._active))
 
     def _nobody_playing(self) -> bool:
         """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
@@ -692,7 +690,7 @@ class Engine:
         )
         stream.timing.queue_wait_ms = (time.perf_counter() - stream.t_submit) * 1000
         if prompt is None:  # the layout needs whole text: sentence by sentence
-            self._opening.append(_Opening(stream, None, sentences=Sentences()))
+            self._opening.append(_Opening(stream, None, sentences=_Sentences()))
             return
         self._opening.append(_Opening(stream, prompt))
 
@@ -735,7 +733,10 @@ class Engine:
                     self._more_sentences(act)
                     continue
                 assert act.prompt is not None
-                act.seen = self._update_prompt(act.stream, act.prompt, act.seen)
+                seen = self._update_prompt(act.stream, act.prompt, act.seen)
+                if seen != act.seen and act.prompt.closed:  # the whole text's limit, as if given at once
+                    act.generator.max_frames = act.max_frames = self._text_limit(act.stream)
+                act.seen = seen
             except Exception as e:
                 for group in (self._active, self._prefilling):
                     if act in group:
@@ -743,7 +744,7 @@ class Engine:
                 act.fail(e)
 
     def _new_sentences(
-        self, stream: SynthesisStream, sentences: Sentences, seen: int
+        self, stream: SynthesisStream, sentences: _Sentences, seen: int
     ) -> tuple[int, list[str]]:
         """The pieces of the sentences completed since feed version ``seen`` (a whole-text layout)."""
         feed = stream.feed
@@ -799,12 +800,10 @@ class Engine:
         if feed.version == seen:
             return seen
         raw, closed, version = feed.snapshot()
-        prompt.update(normalize_text(raw), closed)
+        text = normalize_text(raw)
+        prompt.update(text, closed)
         if closed:
-            stream.timing.extra["text_chars"] = len(normalize_text(raw))
-            for act in self._active + self._prefilling:  # the limit of the whole text, as if given at once
-                if act.prompt is prompt:
-                    act.generator.max_frames = act.max_frames = self._text_limit(stream)
+            stream.timing.extra["text_chars"] = len(text)
         return version
 
     def _text_limit(self, stream: SynthesisStream) -> int:
@@ -998,7 +997,7 @@ class Engine:
             elif act.stream.cancelled:
                 self._active.remove(act)
                 self._finish_cancelled(act.stream, act)
-            elif act.text_wait or act.generator.waiting:
+            elif act.waiting_text:
                 self._wait_for_text(act)
             else:
                 self._resume(act)
@@ -1030,8 +1029,7 @@ class Engine:
             "active": len(self._active),
             "prefilling": len(self._prefilling),
             "waiting": self._pending.qsize(),
-            "waiting_text": len(self._opening)
-            + sum(1 for a in self._active if a.text_wait or a.generator.waiting),
+            "waiting_text": len(self._opening) + sum(1 for a in self._active if a.waiting_text),
             "steps": self.steps,
             "step_rows": self.step_rows,
         }

@@ -23,9 +23,9 @@ from typing import Any
 
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.request import SynthesisRequest
-from voxcast.engine.text_feed import TextFeed
+from voxcast.engine.text_feed import TextFeed, require_feed
 from voxcast.engine.timing import Timing
-from voxcast.errors import EngineUnavailable, InvalidRequest
+from voxcast.errors import EngineUnavailable
 
 __all__ = ["SynthesisStream"]
 
@@ -117,16 +117,11 @@ class SynthesisStream(Iterator[AudioChunk]):
             InvalidRequest: the stream was not opened for text in pieces, its text is complete, or
                 the text grew too long (field "text").
         """
-        self._text_feed().push(delta)
+        require_feed(self.feed).push(delta)
 
     def close_text(self) -> None:
         """The text is complete: the stream speaks to its end, then ends (thread-safe, idempotent)."""
-        self._text_feed().close()
-
-    def _text_feed(self) -> TextFeed:
-        if self.feed is None:
-            raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
-        return self.feed
+        require_feed(self.feed).close()
 
     close = cancel
 

@@ -13,31 +13,36 @@ import threading
 import time
 from collections.abc import Callable
 
+from voxcast.engine.request import MAX_TEXT_CHARS
 from voxcast.errors import InvalidRequest
 
-__all__ = ["TextFeed"]
+__all__ = ["TextFeed", "require_feed"]
 
 
 class TextFeed:
     """Thread-safe accumulation of one stream's text deltas.
 
     Args:
-        max_chars: the most characters the whole text may have.
-        text: text known from the start.
+        max_chars: the most characters the whole text may have (a request's limit by default).
+        text: text known from the start (pushed, so held to the same limit).
         on_change: called (on the writer's thread) after every push and on close.
     """
 
-    def __init__(self, max_chars: int, text: str = "", on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, max_chars: int = MAX_TEXT_CHARS, text: str = "", on_change: Callable[[], None] | None = None
+    ) -> None:
         self.max_chars = max_chars
         self.on_change = on_change
         self._lock = threading.Lock()
-        self._parts: list[str] = [text] if text else []
-        self._chars = len(text)
+        self._parts: list[str] = []
+        self._chars = 0
         self._bytes = codecs.getincrementaldecoder("utf-8")("strict")
         self._closed = False
         self._version = 0
         #: monotonic time of the last push or close (the scheduler's wait timeout counts from it)
         self.last_change = time.monotonic()
+        if text:
+            self.push(text)
 
     def push(self, delta: str | bytes) -> None:
         """Append a piece of text.
@@ -109,3 +114,14 @@ class TextFeed:
     def _notify(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+
+def require_feed(feed: TextFeed | None) -> TextFeed:
+    """``feed``, for a stream that takes text in pieces.
+
+    Raises:
+        InvalidRequest: the stream was given its whole text (field "text").
+    """
+    if feed is None:
+        raise InvalidRequest("this stream was given its whole text; it takes no more", field="text")
+    return feed

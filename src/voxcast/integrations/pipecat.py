@@ -79,6 +79,21 @@ def _language(language: Language) -> str:
     return _LANGUAGES.get(str(Language(language).value).split("-")[0].lower(), "auto")
 
 
+def _voice_fields(settings: VoxcastTTSSettings, instruct: str) -> dict[str, Any]:
+    """The settings that are set, as request fields (``instructions`` named ``instruct``)."""
+    out = {}
+    for name in ("voice", "language", "instructions"):
+        value = getattr(settings, name)
+        if value is not None and value is not NOT_GIVEN:
+            out[instruct if name == "instructions" else name] = value
+    return out
+
+
+def _error_text(error: Mapping[str, Any]) -> str:
+    """An OpenAI-style error object, naming its field."""
+    return f"{error.get('param') or 'request'}: {error.get('message')}"
+
+
 def _check_rate(sample_rate: int) -> None:
     if sample_rate not in SAMPLE_RATES:
         raise ValueError(f"voxcast produces {SAMPLE_RATES} Hz, not {sample_rate}")
@@ -155,11 +170,7 @@ class VoxcastTTSService(TTSService):
             "response_format": "pcm",
             "sample_rate": self.sample_rate,
         }
-        for name, key in (("voice", "voice"), ("language", "language"), ("instructions", "instructions")):
-            value = getattr(self._settings, name)
-            if value is not None and value is not NOT_GIVEN:
-                body[key] = value
-        return body
+        return {**body, **_voice_fields(self._settings, "instructions")}
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """One sentence: stream its audio as the server generates it."""
@@ -167,8 +178,7 @@ class VoxcastTTSService(TTSService):
         async with self._session.post(self._url, json=self._body(text), headers=self._headers) as r:
             if r.status != 200:
                 try:
-                    detail = (await r.json())["error"]
-                    message = f"{detail.get('param') or 'request'}: {detail.get('message')}"
+                    message = _error_text((await r.json())["error"])
                 except (aiohttp.ContentTypeError, KeyError, TypeError, ValueError):
                     message = await r.text()
                 yield ErrorFrame(error=f"voxcast {r.status}: {message}")
@@ -298,11 +308,7 @@ class VoxcastWebsocketTTSService(WebsocketTTSService):
             "response_format": "pcm",
             "sample_rate": self.sample_rate,
         }
-        for name in ("voice", "language", "instructions"):
-            value = getattr(self._settings, name)
-            if value is not None and value is not NOT_GIVEN:
-                config["instruct" if name == "instructions" else name] = value
-        return config
+        return {**config, **_voice_fields(self._settings, "instruct")}
 
     # -- text --------------------------------------------------------------------------------------
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
@@ -369,15 +375,9 @@ class VoxcastWebsocketTTSService(WebsocketTTSService):
         elif kind in ("segment_done", "error") and self._current is not None:
             ctx, self._current = self._current, None
             if kind == "error":
-                detail = event.get("error") or {}
-                await self.push_error(
-                    error_msg=f"voxcast: {detail.get('param') or 'request'}: {detail.get('message')}"
-                )
+                await self.push_error(error_msg=f"voxcast: {_error_text(event.get('error') or {})}")
             if self.audio_context_available(ctx):
                 await self.append_to_audio_context(ctx, TTSStoppedFrame(context_id=ctx))
                 await self.remove_audio_context(ctx)
         elif kind == "error":  # not about an utterance (a bad config): say so
-            detail = event.get("error") or {}
-            await self.push_error(
-                error_msg=f"voxcast: {detail.get('param') or 'request'}: {detail.get('message')}"
-            )
+            await self.push_error(error_msg=f"voxcast: {_error_text(event.get('error') or {})}")

@@ -255,18 +255,9 @@ class PromptBuilder:
         if ids.shape[1] < 9:
             raise InvalidRequest("text produced no tokens", field="text")
         _, eos, pad = self._special_embeds()
-        lang_id = self._language_id(lang, spk)
-        prefix = self._prefix_embeds(ids, spk, voice, lang_id)
-        parts = []
-        instruct_ids = self._ids(_instruct_template(instruct)) if instruct and instruct.strip() else None
-        if instruct_ids is not None:
-            parts.append(self.talker.text_embed(instruct_ids))
-        parts.append(prefix)
-        n_const = sum(p.shape[1] for p in parts)
-        x_vector = voice.x_vector if voice is not None else None
-        key: list[object] = [self.cache_scope, instruct_ids, ids[:, :3], spk, lang_id, x_vector]
+        parts, n_const, key = self._head(ids, spk, voice, lang, instruct)
         if voice is not None and voice.ref_codes is not None:
-            ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
+            ref_ids = self._ref_ids(voice)
             icl, trailing = self._icl(ids, ref_ids, voice, pad, eos, non_streaming)
             parts.append(icl)
             n_ref = ref_ids.shape[1]  # positions whose text track is reference text
@@ -302,20 +293,11 @@ class PromptBuilder:
         """
         lang, spk = self.validate("-", speaker=speaker, voice=voice, language=language, instruct=instruct)
         with self._lock, torch.inference_mode():
-            role = self._ids(_target_template(""))
             _, eos, pad = self._special_embeds()
-            lang_id = self._language_id(lang, spk)
-            parts = []
-            instruct_ids = self._ids(_instruct_template(instruct)) if instruct and instruct.strip() else None
-            if instruct_ids is not None:
-                parts.append(self.talker.text_embed(instruct_ids))
-            parts.append(self._prefix_embeds(role, spk, voice, lang_id))
-            n_const = sum(p.shape[1] for p in parts)
-            key: list[object] = [self.cache_scope, instruct_ids, role[:, :3], spk, lang_id]
-            key.append(voice.x_vector if voice is not None else None)
+            parts, n_const, key = self._head(self._ids(_target_template("")), spk, voice, lang, instruct)
             lead: list[int] = []
             if voice is not None and voice.ref_codes is not None:
-                ref_ids = self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
+                ref_ids = self._ref_ids(voice)
                 codec = self._ref_codec_embeds(voice)
                 n_const += min(ref_ids.shape[1], voice.ref_codes.shape[0] + 1)
                 key += [ref_ids, voice.ref_codes, False]
@@ -328,6 +310,27 @@ class PromptBuilder:
             prefix_len = min(n_const, head.shape[1] + codec.shape[1] - 1)
             prefix_key = _digest(*key, prefix_len) if prefix_len > 0 else None
         return OpenHead(head, codec, lead, eos, pad, mode, voice, prefix_len, prefix_key)
+
+    def _head(
+        self, ids: Tensor, spk: str | None, voice: VoiceLike | None, lang: str, instruct: str | None
+    ) -> tuple[list[Tensor], int, list[object]]:
+        """The positions before the text (instruct block, role, tags, speaker slot,
+        ``T(tts_bos)+C(pad)``), their count and what they are computed from (the prefix key's
+        parts). ``ids``: the target template's tokens (its first three are the role)."""
+        lang_id = self._language_id(lang, spk)
+        prefix = self._prefix_embeds(ids, spk, voice, lang_id)
+        parts = []
+        instruct_ids = self._ids(_instruct_template(instruct)) if instruct and instruct.strip() else None
+        if instruct_ids is not None:
+            parts.append(self.talker.text_embed(instruct_ids))
+        parts.append(prefix)
+        x_vector = voice.x_vector if voice is not None else None
+        key: list[object] = [self.cache_scope, instruct_ids, ids[:, :3], spk, lang_id, x_vector]
+        return parts, sum(p.shape[1] for p in parts), key
+
+    def _ref_ids(self, voice: VoiceLike) -> Tensor:
+        """An ICL voice's reference text as the text track holds it."""
+        return self._ids(_ref_template(voice.ref_text or ""))[:, 3:-2]
 
     def text_ids(self, text: str) -> list[int]:
         """The tokens of ``text`` as a prompt holds them (inside the chat template)."""

@@ -78,7 +78,8 @@ _TEXT_MODES = ("words", "sentences")
 
 @dataclass
 class _Segment:
-    """A sentence (its text) or an utterance whose text arrives in pieces (its open ``stream``)."""
+    """A sentence (its text) or an utterance whose text arrives in pieces (its open ``stream``);
+    ``chars``: its text's length (an utterance's grows as it arrives)."""
 
     text: str
     epoch: int
@@ -307,12 +308,14 @@ class SpeechSocket:
         assert self.config is not None or not pieces
         for piece in pieces:
             self.queued_chars += len(piece)
-            await self.queue.put(_Segment(piece, self.epoch, dict(self.config or {}), self.framer))
+            await self.queue.put(
+                _Segment(piece, self.epoch, dict(self.config or {}), self.framer, chars=len(piece))
+            )
 
     def _took(self, item: _Segment | _Mark | None) -> None:
         """An item left the queue: what it held no longer counts against the limits."""
         if isinstance(item, _Segment):
-            self.queued_chars -= item.chars if item.stream is not None else len(item.text)
+            self.queued_chars -= item.chars
             item.taken = True
         elif isinstance(item, _Mark):
             self.marks -= 1
