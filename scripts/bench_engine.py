@@ -154,6 +154,7 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
 
 

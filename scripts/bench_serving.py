@@ -284,14 +284,10 @@ def plot(summary: dict[str, Any], levels: list[int], official: dict[str, Any] | 
 
 def load_engines(path: Path, modes: list[str], dtype: str, **options: Any) -> dict[str, Engine]:
     """One loaded model, one warmed engine per decode-thread setting (``options``: more EngineConfig fields)."""
-    first = Engine.load(
-        EngineConfig(model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[modes[0]], **options)
-    )
+    first = Engine.load(EngineConfig(model=str(path), dtype=dtype, decode_thread=MODES[modes[0]], **options))
     engines = {modes[0]: first}
     for mode in modes[1:]:
-        config = EngineConfig(
-            model=str(path), device="cpu", dtype=dtype, decode_thread=MODES[mode], **options
-        )
+        config = EngineConfig(model=str(path), dtype=dtype, decode_thread=MODES[mode], **options)
         engines[mode] = Engine(first.model, config, load_ms=first.load_ms)
         engines[mode].warmup()
     return engines
@@ -348,6 +344,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--quant", default="none", choices=["none", "int8"], help="VOXCAST_QUANT")
     ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (VOXCAST_DEVICE)")
+    ap.add_argument("--compile", default="off", choices=["off", "on", "auto"], help="VOXCAST_COMPILE")
     ap.add_argument("--official", action="store_true", help="also time the official qwen-tts")
     ap.add_argument(
         "--priming-ab",
@@ -363,7 +361,10 @@ def main() -> int:
 
     path = args.model or checkpoint(args.size)
     name = args.model.name if args.model else args.size
-    engines = load_engines(path, modes, args.dtype, quant=args.quant, codec_dtype=args.codec_dtype)
+    engines = load_engines(
+        path, modes, args.dtype, device=args.device, compile=args.compile, quant=args.quant,
+        codec_dtype=args.codec_dtype,
+    )  # fmt: skip
     for mode, engine in engines.items():
         if engine.precision is not None and engine.precision.fallbacks:
             print(f"decode thread {mode}: no native bfloat16 here, running {engine.precision.as_dict()}")
@@ -419,6 +420,10 @@ def main() -> int:
         "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.device != "cpu":
+        name += f"-{args.device.replace(':', '')}-{args.dtype}" + (
+            "-compiled" if args.compile != "off" else ""
+        )
     out = args.out / f"serving-{name}.json"
     out.write_text(json.dumps(doc, indent=1, default=str))
     plot(summary, levels, official, out.with_suffix(".png"))

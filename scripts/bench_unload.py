@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import checkpoint, machine_info  # noqa: E402
-from bench_http import cpu_name  # noqa: E402
+from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
@@ -43,16 +42,30 @@ def say(engine: Engine) -> dict[str, float]:
     }
 
 
+def gpu_mb() -> dict[str, float] | None:
+    """CUDA memory allocated and reserved by this process (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    mib = 1024 * 1024
+    return {
+        "allocated": round(torch.cuda.memory_allocated() / mib, 1),
+        "reserved": round(torch.cuda.memory_reserved() / mib, 1),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="0.6b", choices=["tiny", "0.6b"])
     ap.add_argument("--quant", default="none")
     ap.add_argument("--warmup", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--idle-s", type=float, default=1.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     args = ap.parse_args()
     config = EngineConfig(
-        model=str(checkpoint(args.size, "custom_voice")), device="cpu", quant=args.quant,
+        model=str(checkpoint(args.size, "custom_voice")), device=args.device, quant=args.quant,
         warmup=args.warmup, idle_unload_s=args.idle_s,
     )  # fmt: skip
     t0 = time.perf_counter()
@@ -60,18 +73,19 @@ def main() -> int:
     first_load_ms = (time.perf_counter() - t0) * 1000
     warm = say(engine)
     warm_again = say(engine)
-    loaded = rss_mb()
+    loaded, gpu_loaded = rss_mb(), gpu_mb()
     while engine.unloads == 0:
         time.sleep(0.05)
-    unloaded = rss_mb()
+    unloaded, gpu_unloaded = rss_mb(), gpu_mb()
     cold = say(engine)
-    reloaded = rss_mb()
+    reloaded, gpu_reloaded = rss_mb(), gpu_mb()
     engine.close()
     doc = {
         "machine": {**machine_info(), "cpu": cpu_name()},
         "args": {k: str(v) for k, v in vars(args).items()},
         "first_load_ms": round(first_load_ms, 1),
         "rss_mb": {"loaded": loaded, "after_unload": unloaded, "after_reload": reloaded},
+        "cuda_mb": {"loaded": gpu_loaded, "after_unload": gpu_unloaded, "after_reload": gpu_reloaded},
         "unload": engine.last_unload,
         "warm_request": warm_again,
         "first_request": warm,
@@ -79,7 +93,10 @@ def main() -> int:
     }
     print(json.dumps(doc, indent=1))
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"unload-{args.size}{'-' + args.quant if args.quant != 'none' else ''}.json"
+    suffix = ("-" + args.quant if args.quant != "none" else "") + (
+        "-" + args.device if args.device != "cpu" else ""
+    )
+    out = args.out / f"unload-{args.size}{suffix.replace(':', '')}.json"
     out.write_text(json.dumps(doc, indent=1))
     print(f"wrote {out}")
     return 0

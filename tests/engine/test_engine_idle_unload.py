@@ -57,6 +57,30 @@ def test_unload_after_idle_then_reload_cold_with_the_same_audio(tiny_model_dir: 
         engine.close()
 
 
+def test_no_unload_during_a_warm_up_longer_than_the_idle_limit(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warm-up pauses between its requests (here 2.5 s in one step, more than ``idle_unload_s``): the
+    model must not be unloaded under it (it was, on a GPU: the load then failed)."""
+    from voxcast.models.qwen3_tts.model import Qwen3TTS
+
+    fill = Qwen3TTS.fill_speaker_prefixes
+
+    def slow_fill(self: Qwen3TTS) -> None:
+        fill(self)
+        time.sleep(2.5)
+
+    monkeypatch.setattr(Qwen3TTS, "fill_speaker_prefixes", slow_fill)
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", idle_unload_s=1.0)
+    )
+    try:
+        # the load returned (an unload under warm-up made it raise) and never had to load again
+        assert engine.warmup_ms >= 2500 and engine.loads == 1
+    finally:
+        engine.close()
+
+
 def test_requests_arriving_together_after_an_unload_load_it_once(tiny_model_dir: Factory) -> None:
     engine = Engine.load(
         EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=1.0)

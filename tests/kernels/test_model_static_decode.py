@@ -16,7 +16,7 @@ import torch
 
 from tests.model.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.accel.graphs import bucket, use_static_decode
+from voxcast.models.qwen3_tts.accel.graphs import batch_bucket, bucket, use_static_decode
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 TEXT = "The static path must say exactly what the eager path says."
@@ -73,17 +73,31 @@ def test_static_talker_step_matches_eager_hidden(checkpoint: str) -> None:
     torch.testing.assert_close(l_static, l_eager, rtol=0, atol=1e-5)
 
 
+def test_batch_bucket_rounds_up_to_powers_of_two() -> None:
+    assert [batch_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+
+
 def test_static_path_in_batched_steps(checkpoint: str) -> None:
-    """Batched rows keep the eager talker (per-row caches) and use the static code predictor."""
+    """Batched rows keep the eager talker (per-row caches) and use the static code predictor; three
+    streams run in the four-row graphs, padded, and say what each says alone."""
     model = Qwen3TTS.from_pretrained(checkpoint)
     use_static_decode(model.talker, backend="eager")
+    speakers = ("ryan", "vivian", "serena")
     gens = [
         model.new_generator(model.build_prompt(TEXT, speaker=s), SamplingParams(greedy=True), 8)
-        for s in ("ryan", "vivian")
+        for s in speakers
     ]
     batched = batched_codes(gens)
     eager = Qwen3TTS.from_pretrained(checkpoint)
-    assert batched == [_codes(eager, frames=8, speaker=s) for s in ("ryan", "vivian")]
+    assert batched == [_codes(eager, frames=8, speaker=s) for s in speakers]
+    assert 4 in model.talker.code_predictor._caches and 3 not in model.talker.code_predictor._caches
+
+
+def test_prepare_compiles_every_batch_bucket_up_to_max_active(checkpoint: str) -> None:
+    model = Qwen3TTS.from_pretrained(checkpoint)
+    use_static_decode(model.talker, backend="eager")
+    model.prepare_batches(5)
+    assert sorted(model.talker.code_predictor._caches) == [1, 2, 4, 8]
 
 
 def test_static_decode_refuses_int8(checkpoint: str) -> None:

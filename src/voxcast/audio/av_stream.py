@@ -15,6 +15,9 @@ the encoder completes them:
 
 Every encoding is bit-exact (FFmpeg's ``bitexact`` flags: no random Ogg serial, no encoder version
 string), so the same audio gives the same bytes, streamed or whole.
+
+PyAV is imported on first use (about 90 ms with FFmpeg's libraries), not when the service starts: a
+process that never sends these formats never loads it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import io
 import struct
 from typing import Any
 
-import av
 import numpy as np
 
 from voxcast.audio.formats import AudioFormat
@@ -77,6 +79,8 @@ class AvEncoder:
         self._sample_fmt = sample_fmt
         self._rate = sample_rate
         self._sink = _Sink()
+        import av
+
         self._out = av.open(
             self._sink, "w", format=container, options={**muxer_options, "fflags": "+bitexact"}
         )
@@ -100,6 +104,8 @@ class AvEncoder:
         return self._sink.take()
 
     def _frame(self, x: np.ndarray) -> Any:
+        import av
+
         data = float_to_int16(x)[None, :] if self._sample_fmt == "s16" else np.clip(x, -1.0, 1.0)[None, :]
         frame = av.AudioFrame.from_ndarray(data, format=self._sample_fmt, layout="mono")
         frame.sample_rate = self._rate
@@ -114,6 +120,8 @@ class AvEncoder:
 
 def flac_samples(data: bytes) -> int:
     """The samples a FLAC file holds, counted by decoding it (its header may say "unknown")."""
+    import av
+
     with av.open(io.BytesIO(data), "r", format="flac") as f:
         return sum(frame.samples for frame in f.decode(audio=0))
 

@@ -484,7 +484,17 @@ class Engine:
 
     # -- warm-up ---------------------------------------------------------------------------------
     def warmup(self) -> float:
-        """Run every request path once (greedy and sampled, each voice mode, both chunk sizes)."""
+        """Run every request path once (greedy and sampled, each voice mode, both chunk sizes).
+
+        Holds the load lock throughout, so no idle unload (``idle_unload_s``) happens in a pause
+        between its requests; the idle clock starts again when it ends."""
+        with self._load_lock:
+            self._warmup()
+            self._last_active = time.monotonic()
+        log.info("runtime choices: %s", runtime_choices(self))
+        return self.warmup_ms
+
+    def _warmup(self) -> None:
         from voxcast.engine.warmup import warmup_requests
 
         t0 = time.perf_counter()
@@ -502,8 +512,6 @@ class Engine:
         self.warmed = True
         log.info("warm-up done in %.0f ms", self.warmup_ms)
         self.heap_trim = trim_heap()  # what loading and warm-up freed but the allocator kept
-        log.info("runtime choices: %s", runtime_choices(self))
-        return self.warmup_ms
 
     def calibrate_decode_thread(
         self, rounds: int = 1, sample: tuple[SynthesisRequest, Any] | None = None

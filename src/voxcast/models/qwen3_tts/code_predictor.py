@@ -151,8 +151,8 @@ class CodePredictor(nn.Module):
             :meth:`frame_embed` (the per-step embeddings are reused instead of looked up again).
         """
         b = talker_hidden.shape[0]
-        if cache is None:
-            cache = self.shared_cache(b)
+        if cache is None:  # compiled steps run a batch bucket's rows (graphs.batch_bucket)
+            cache = self.shared_cache(self.static.batch_rows(b) if self.static is not None else b)
         x = torch.cat((talker_hidden, code0_embed), dim=1)  # [B, 2, H]
         start = 0
         codes: list[Tensor] = []

@@ -360,7 +360,9 @@ class Qwen3TTS:
 
     def prepare_batches(self, max_batch: int) -> None:
         """Record the talker's and the code predictor's steps for every batch size up to ``max_batch``
-        (if traced)."""
+        (if traced), or compile the code predictor's for every batch bucket (with ``compile``)."""
+        if self.talker.static is not None:
+            self.talker.static.prepare(max_batch)
         traced = self.talker.code_predictor.traced
         if traced is not None:
             with torch.inference_mode():
