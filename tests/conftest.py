@@ -16,6 +16,7 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 # Warm-up measures the decode thread again in every test (and in the processes tests start), rather
 # than recall a choice an earlier run stored; tests of that cache point it at a folder of their own.
 os.environ.setdefault("VOXCAST_CALIBRATION_DIR", "off")
+os.environ.setdefault("VOXCAST_INT8_CACHE_DIR", "off")  # tests of the int8 store use a folder of their own
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -166,15 +166,20 @@ def _read_tensors(
     device: torch.device,
     dtype: torch.dtype,
     keep_narrow: frozenset[str] = frozenset(),
+    unused: frozenset[str] = frozenset(),
 ) -> dict[str, Tensor]:
     """Every tensor of ``files`` on ``device``, floating ones in ``dtype``, except the ``keep_narrow``
-    keys stored in a dtype that float32 ``dtype`` holds exactly (see :class:`WidenedEmbedding`)."""
+    keys stored in a dtype that float32 ``dtype`` holds exactly (see :class:`WidenedEmbedding`) and the
+    ``unused`` keys, left as stored (a view of the file's memory map, so never read)."""
     out: dict[str, Tensor] = {}
     for path in files:
         try:
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
                     t = f.get_tensor(key)
+                    if key in unused:
+                        out[key] = t
+                        continue
                     narrow = key in keep_narrow and dtype == torch.float32 and t.dtype in _EXACT_IN_FLOAT32
                     to = t.dtype if narrow or not t.is_floating_point() else dtype
                     # A kept-narrow table is copied: as a view of the file's memory map it would keep
@@ -207,12 +212,15 @@ def load_network(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     narrow_embeddings: bool = True,
+    unused: frozenset[str] = frozenset(),
 ) -> Qwen3TTSNet:
     """Build :class:`Qwen3TTSNet` on the meta device and assign the checkpoint's tensors.
 
     Args:
         narrow_embeddings: keep embedding tables stored in bfloat16/float16 in that dtype when
             ``dtype`` is float32 (:class:`WidenedEmbedding`: same lookups, half the memory).
+        unused: keys whose tensors the caller replaces before use (the int8 store's sources): left as
+            stored, neither converted nor copied.
 
     Raises:
         CheckpointError: unreadable weights, or keys/shapes that do not match the config.
@@ -221,7 +229,7 @@ def load_network(
     with torch.device("meta"):
         net = Qwen3TTSNet(config)
     keep = frozenset(_embedding_keys(net)) if narrow_embeddings else frozenset()
-    state = _read_tensors(files.weights, dev, dtype, keep)
+    state = _read_tensors(files.weights, dev, dtype, keep, unused)
     expected = dict(net.state_dict())
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

@@ -47,6 +47,7 @@ from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
     from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder
     from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder
     from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
@@ -95,6 +96,7 @@ class Qwen3TTS:
         dtype: torch.dtype,
         prefix_cache: bool = False,
         accel: AccelConfig | None = None,
+        int8_store: StoredInt8 | None = None,
     ) -> None:
         self.config = config
         self.prefix_cache_enabled = prefix_cache
@@ -107,7 +109,7 @@ class Qwen3TTS:
         self.device = device
         self.dtype = dtype
         #: What :func:`~voxcast.models.qwen3_tts.accel.apply.apply` chose, and why.
-        self.accel = apply_accel(self, accel or AccelConfig())
+        self.accel = apply_accel(self, accel or AccelConfig(), int8_store)
         self.quant = self.accel.quant
         self.compile_enabled = self.accel.compile
         self.model_type = config.tts_model_type
@@ -206,7 +208,15 @@ class Qwen3TTS:
         root = resolve_checkpoint(name_or_path, local_files_only=local_files_only)
         files = locate_checkpoint(root)
         config = Qwen3TTSConfig.from_file(files.config)
-        net = load_network(files, config, device=dev, dtype=dtype)
+        identity = checkpoint_identity(files, config)
+        stored = None
+        if quant == "int8" and dev.type == "cpu":
+            from voxcast.models.qwen3_tts.accel import int8_store
+
+            stored = int8_store.load(identity)
+        # the float weights the stored int8 ones replace stay as stored (memory-mapped, never read)
+        unused = frozenset(f"talker.{k}" for k in stored.sources) if stored is not None else frozenset()
+        net = load_network(files, config, device=dev, dtype=dtype, unused=unused)
         tokenizer = TextTokenizer.from_dir(root)
         decoder = load_codec_decoder(files.speech_tokenizer, device=dev, dtype=codec_dtype or dtype)
         encoder = None
@@ -221,11 +231,12 @@ class Qwen3TTS:
             tokenizer=tokenizer,
             codec_decoder=decoder,
             codec_encoder=encoder,
-            identity=checkpoint_identity(files, config),
+            identity=identity,
             device=dev,
             dtype=dtype,
             prefix_cache=prefix_cache,
             accel=accel,
+            int8_store=stored,
         )
         model.load_s = time.perf_counter() - t0
         logger.info("loaded %s (%s) on %s/%s in %.2f s", root, model.identity, dev, dtype, model.load_s)

@@ -29,6 +29,7 @@ from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
 from voxcast.models.qwen3_tts.talker import MLP
 
 if TYPE_CHECKING:
+    from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
     from voxcast.models.qwen3_tts.model import Qwen3TTS
     from voxcast.models.qwen3_tts.talker import Talker
 
@@ -72,6 +73,8 @@ class AccelReport:
         onednn_rows / rows_kernel: batched float32 decode rows on oneDNN.
         row_parts / row_kernel: float32 decode rows as this many blocks of outputs in one bmm.
         f32_rows: float32 decode rows on voxcast's BLAS-order kernels (what was checked and timed).
+        int8_store: with int8 weights, "read" (from the int8 store), "written" (quantized, then
+            stored) or None (quantized; the store is off or could not be written).
     """
 
     quant: str = "none"
@@ -86,6 +89,7 @@ class AccelReport:
     row_parts: int = 1
     row_kernel: dict[str, object] | None = None
     f32_rows: dict[str, object] | None = None
+    int8_store: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -103,8 +107,11 @@ def _small(talker: Talker) -> bool:
     return sum(p.numel() * p.element_size() for p in talker.parameters()) < NATIVE_MIN_BYTES
 
 
-def apply(model: Qwen3TTS, cfg: AccelConfig) -> AccelReport:
-    """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load."""
+def apply(model: Qwen3TTS, cfg: AccelConfig, stored: StoredInt8 | None = None) -> AccelReport:
+    """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load.
+
+    ``stored``: the checkpoint's int8 weights read from the int8 store (:mod:`.int8_store`), used instead
+    of quantizing with ``quant=int8``; without them the quantized weights are stored for next time."""
     talker = model.talker
     report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
     if cfg.quant != "int8" and _small(talker):  # left to measurement: PyTorch's kernels, no build
@@ -116,10 +123,17 @@ def apply(model: Qwen3TTS, cfg: AccelConfig) -> AccelReport:
         )
         logger.info("small model: voxcast's compiled kernels are not used (nothing to gain; no build)")
     if cfg.quant == "int8":
-        from voxcast.models.qwen3_tts.accel.quant import quantize_int8
+        from voxcast.models.qwen3_tts.accel import int8_store
+        from voxcast.models.qwen3_tts.accel.quant import layouts_to_store, quantize_int8, stored_tensors
 
-        quantize_int8(talker)
+        sources = quantize_int8(talker, stored.tensors if stored is not None else None)
         _choose_int8_kernel(talker, cfg, report)
+        report.int8_store = "read" if stored is not None else None
+        # quantized here, or read without the layout of the kernel chosen now: store (again) for next time
+        if (stored is None or layouts_to_store(talker)) and int8_store.save(
+            model.identity, stored_tensors(talker), sources
+        ):
+            report.int8_store = "written"
     else:
         talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
     report.fused_ops = _choose_fused_ops(talker, cfg, model.device, model.dtype)

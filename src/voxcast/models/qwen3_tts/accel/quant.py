@@ -37,7 +37,9 @@ __all__ = [
     "QUANT_MODES",
     "Int8Linear",
     "int8_kernel_faster",
+    "layouts_to_store",
     "quantize_int8",
+    "stored_tensors",
     "use_int8_kernel",
 ]
 
@@ -63,11 +65,34 @@ def _int8(*linears: nn.Linear) -> DynamicLinear:
         observer = torch.ao.quantization.per_channel_dynamic_qconfig.weight()
         observer(weight)
         qweight = _quantize_weight(weight.float(), observer)
+    return _dynamic(qweight, bias)
+
+
+def _dynamic(qweight: Tensor, bias: Tensor | None) -> DynamicLinear:
+    """fbgemm's dynamically quantized Linear for a per-channel int8 weight (packed here)."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         # Built 1 x 1 so that its constructor's placeholder weight packs at no cost; then resized.
         q = DynamicLinear(1, 1, dtype=torch.qint8)
-        q.in_features, q.out_features = int(weight.shape[1]), int(weight.shape[0])
+        q.in_features, q.out_features = int(qweight.shape[1]), int(qweight.shape[0])
         q.set_weight_bias(qweight, bias)
     return q
+
+
+def _from_stored(tensors: dict[str, Tensor], name: str) -> Int8Linear:
+    """The :class:`Int8Linear` that ``name``'s stored int8 weights, scales, bias and kernel layouts
+    give (:mod:`.int8_store`): bitwise the one quantization built."""
+    int8, scale, bias = tensors[f"{name}.int8"], tensors[f"{name}.scale"], tensors.get(f"{name}.bias")
+    zero = torch.zeros(scale.shape[0], dtype=torch.int64)
+    with warnings.catch_warnings():  # quantized tensor creation announces its deprecation
+        warnings.simplefilter("ignore")
+        qweight = torch._make_per_channel_quantized_tensor(int8, scale, zero, 0)
+    prefix = f"{name}.packed."
+    layouts = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    linear = Int8Linear(_dynamic(qweight, bias), layouts=layouts)
+    # what pack_kernel needs besides a layout, so that it need not unpack fbgemm's weights again
+    linear._kernel_args = (scale.float().contiguous(), None if bias is None else bias.float().contiguous())
+    return linear
 
 
 #: Most rows (positions x streams) a call may have to run on voxcast's kernel: a decode step of one or
@@ -85,7 +110,7 @@ class Int8Linear(nn.Module):
 
     kernel_rows = 0
 
-    def __init__(self, q: DynamicLinear) -> None:
+    def __init__(self, q: DynamicLinear, layouts: dict[str, Tensor] | None = None) -> None:
         super().__init__()
         self.q = q
         self.in_features, self.out_features = q.in_features, q.out_features
@@ -94,6 +119,10 @@ class Int8Linear(nn.Module):
         self.bias: Tensor | None = None
         #: The kernel variant :attr:`packed` is laid out for (:data:`voxcast.kernels.native.VARIANTS`).
         self.variant: str | None = None
+        #: Kernel layouts read from the int8 store, by variant (used by :meth:`pack_kernel`).
+        self._layouts = layouts or {}
+        #: The kernel's float32 scales and bias, where known without unpacking ``q`` (from the store).
+        self._kernel_args: tuple[Tensor, Tensor | None] | None = None
 
     def pack_kernel(self, variant: str | None = None) -> bool:
         """Prepare the kernel's copy of the weights for a variant (default: this CPU's fastest); False
@@ -101,6 +130,11 @@ class Int8Linear(nn.Module):
         variant = int8_kernel.resolve(variant)
         if self.in_features % int8_kernel.INPUT_MULTIPLE[variant]:
             return False
+        stored = self._layouts.get(variant)
+        if stored is not None and self._kernel_args is not None:  # fbgemm's weights stay packed
+            self.packed, self.variant = stored, variant
+            self.scale, self.bias = self._kernel_args
+            return True
         weight, bias = self.q._weight_bias()
         per_channel = (torch.per_channel_affine, torch.per_channel_symmetric)
         if weight.qscheme() not in per_channel or bool(weight.q_per_channel_zero_points().any()):
@@ -110,6 +144,23 @@ class Int8Linear(nn.Module):
         self.scale = weight.q_per_channel_scales().float().contiguous()
         self.bias = None if bias is None else bias.detach().float().contiguous()
         return True
+
+    def stored_tensors(self, name: str) -> dict[str, Tensor]:
+        """What the int8 store keeps of this Linear under ``name`` (:mod:`.int8_store`)."""
+        weight, bias = self.q._weight_bias()
+        out = {f"{name}.int8": weight.int_repr(), f"{name}.scale": weight.q_per_channel_scales()}
+        if bias is not None:
+            out[f"{name}.bias"] = bias.detach()
+        layouts = dict(self._layouts)
+        if self.packed is not None and self.variant is not None:
+            layouts[self.variant] = self.packed
+        out.update({f"{name}.packed.{v}": t for v, t in layouts.items()})
+        return out
+
+    @property
+    def layout_stored(self) -> bool:
+        """Whether the kernel's current layout came from the int8 store (or there is none to store)."""
+        return self.packed is None or self.variant in self._layouts
 
     def drop_kernel(self) -> None:
         self.packed = self.scale = self.bias = None
@@ -122,18 +173,15 @@ class Int8Linear(nn.Module):
         return self.q(x)
 
 
-def _layer(layer: DecoderLayer) -> None:
-    att, mlp = layer.self_attn, layer.mlp
-    att.qkv = Int8Linear(_int8(att.q_proj, att.k_proj, att.v_proj))
-    att.o_proj = Int8Linear(_int8(att.o_proj))  # type: ignore[assignment]
-    mlp.gate_up = Int8Linear(_int8(mlp.gate_proj, mlp.up_proj))
-    mlp.down_proj = Int8Linear(_int8(mlp.down_proj))  # type: ignore[assignment]
-    # The float32 originals are no longer read: free them.
-    del att.q_proj, att.k_proj, att.v_proj, mlp.gate_proj, mlp.up_proj
-
-
-def quantize_int8(talker: Talker) -> None:
+def quantize_int8(talker: Talker, stored: dict[str, Tensor] | None = None) -> list[str]:
     """Replace the decoder blocks' projections and the code predictor's heads with int8 versions (CPU).
+
+    Args:
+        stored: the int8 store's tensors (:mod:`.int8_store`) for this checkpoint: those modules are
+            built from them (no quantization, and their float weights are never read).
+
+    Returns:
+        The talker's float weights the int8 modules replace (what the store records as its sources).
 
     Raises:
         ValueError: the model is not on the CPU.
@@ -141,19 +189,54 @@ def quantize_int8(talker: Talker) -> None:
     if talker.codec_head.weight.device.type != "cpu":
         raise ValueError("int8 weights are implemented for the CPU only")
     t0 = time.perf_counter()
+    sources: list[str] = []
+
+    def make(parent: nn.Module, path: str, attr: str, *parts: str) -> None:
+        """``parent.<attr>`` becomes the int8 Linear of ``parent``'s Linears ``parts`` side by side."""
+        name = f"{path}.{attr}"
+        sources.extend(f"{path}.{p}.weight" for p in parts)
+        if stored is not None and f"{name}.int8" in stored:
+            setattr(parent, attr, _from_stored(stored, name))
+        else:
+            setattr(parent, attr, Int8Linear(_int8(*(getattr(parent, p) for p in parts))))
+        for p in parts:
+            if p != attr:
+                delattr(parent, p)  # the float originals are no longer read: free them
+
     cp = talker.code_predictor
-    for layer in list(talker.model.layers) + list(cp.model.layers):
-        assert isinstance(layer, DecoderLayer)
-        _layer(layer)
+    blocks = [("model.layers", talker.model.layers), ("code_predictor.model.layers", cp.model.layers)]
+    for prefix, layers in blocks:
+        for i, layer in enumerate(layers):
+            assert isinstance(layer, DecoderLayer)
+            make(layer.self_attn, f"{prefix}.{i}.self_attn", "qkv", "q_proj", "k_proj", "v_proj")
+            make(layer.self_attn, f"{prefix}.{i}.self_attn", "o_proj", "o_proj")
+            make(layer.mlp, f"{prefix}.{i}.mlp", "gate_up", "gate_proj", "up_proj")
+            make(layer.mlp, f"{prefix}.{i}.mlp", "down_proj", "down_proj")
     for g, head in enumerate(cp.lm_head):
         assert isinstance(head, nn.Linear)
-        cp.lm_head[g] = Int8Linear(_int8(head))
+        make(cp.lm_head, "code_predictor.lm_head", str(g), str(g))
     if isinstance(cp.small_to_mtp_projection, nn.Linear):
-        cp.small_to_mtp_projection = Int8Linear(_int8(cp.small_to_mtp_projection))
+        make(cp, "code_predictor", "small_to_mtp_projection", "small_to_mtp_projection")
     logger.info(
-        "talker and code predictor projections quantized to int8 (dynamic, per channel) in %.2f s",
+        "talker and code predictor projections %s int8 (dynamic, per channel) in %.2f s",
+        "read as" if stored is not None else "quantized to",
         time.perf_counter() - t0,
     )
+    return sources
+
+
+def layouts_to_store(talker: Talker) -> bool:
+    """Whether some :class:`Int8Linear` runs on a kernel layout the int8 store does not hold yet."""
+    return any(isinstance(m, Int8Linear) and not m.layout_stored for m in talker.modules())
+
+
+def stored_tensors(talker: Talker) -> dict[str, Tensor]:
+    """Every :class:`Int8Linear` of ``talker`` as the int8 store keeps it, by module name."""
+    out: dict[str, Tensor] = {}
+    for name, m in talker.named_modules():
+        if isinstance(m, Int8Linear):
+            out.update(m.stored_tensors(name))
+    return out
 
 
 def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> int:
