@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["import_chatterbox", "official_t3"]
+__all__ = ["import_chatterbox", "official_hift", "official_t3", "official_tokens"]
 
 
 def import_chatterbox(module: str) -> types.ModuleType | None:
@@ -29,7 +29,9 @@ def import_chatterbox(module: str) -> types.ModuleType | None:
         if spec is None or not spec.submodule_search_locations:
             return None
         root = Path(next(iter(spec.submodule_search_locations)))
-        for name, path in (("chatterbox", root), ("chatterbox.models", root / "models")):
+        packages = ("chatterbox", "chatterbox.models", "chatterbox.models.s3gen")
+        for name in packages:
+            path = root.joinpath(*name.split(".")[1:])
             mod = types.ModuleType(name)
             mod.__path__ = [str(path)]
             mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
@@ -73,3 +75,22 @@ def official_tokens(t3: Any, speaker: torch.Tensor, prompt: torch.Tensor, text: 
     assert cond_mod is not None
     cond = cond_mod.T3Cond(speaker_emb=speaker, cond_prompt_speech_tokens=prompt, emotion_adv=0.5 * torch.ones(1, 1, 1))
     return [int(x) for x in t3.inference_turbo(cond, text, **kw)[0]]
+
+
+def official_hift(state: dict[str, torch.Tensor], channels: int, f0_channels: int) -> Any:
+    """The official ``HiFTGenerator`` as ``S3Gen`` builds it, at the given widths, loaded strictly from
+    a ``mel2wav.`` state."""
+    hifigan = import_chatterbox("models.s3gen.hifigan")
+    f0 = import_chatterbox("models.s3gen.f0_predictor")
+    assert hifigan is not None and f0 is not None
+    model = hifigan.HiFTGenerator(
+        sampling_rate=24000,
+        base_channels=channels,
+        upsample_rates=[8, 5, 3],
+        upsample_kernel_sizes=[16, 11, 7],
+        source_resblock_kernel_sizes=[7, 7, 11],
+        source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+        f0_predictor=f0.ConvRNNF0Predictor(cond_channels=f0_channels),
+    )
+    model.load_state_dict({k[len("mel2wav.") :]: v for k, v in state.items() if k.startswith("mel2wav.")})
+    return model.eval()

@@ -68,3 +68,37 @@ def make_t3(out: str | Path, size: str = "tiny", seed: int = 0, stop_bias: float
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(folder / T3_FILE))
     return folder / T3_FILE
+
+
+#: HiFT widths per size: (filter channels, F0 predictor channels).
+HIFT_SIZES = {"tiny": (64, 64), "full": (512, 512)}
+#: Modules the official HiFT weight-normalises (stored as g = original0, v = original1).
+_WEIGHT_NORMED = ("conv_pre", "ups.", "resblocks.", "source_resblocks.", "conv_post", "f0_predictor.condnet.")
+
+
+def hift_state(size: str = "tiny", seed: int = 0, prefix: str = "mel2wav.") -> dict[str, torch.Tensor]:
+    """A random HiFT state in the official layout (weight-normalised convolutions as g and v).
+
+    Convolutions get HiFi-GAN's initialisation (normal, std 0.01), Snake's alphas scatter around 1.
+    """
+    from voxcast.models.chatterbox_turbo.hift import HiFT, HiFTConfig
+
+    channels, f0_channels = HIFT_SIZES[size]
+    torch.manual_seed(seed)  # nn.Module initialisation draws from the global generator
+    model = HiFT(HiFTConfig(channels=channels, f0_channels=f0_channels))
+    g = torch.Generator().manual_seed(seed)
+    out: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        value = value.clone()
+        if key.endswith("alpha"):
+            value = 1.0 + 0.1 * torch.randn(value.shape, generator=g)
+        elif key.endswith(".weight") and value.dim() == 3:
+            value = 0.01 * torch.randn(value.shape, generator=g)
+        base = key[: -len(".weight")]
+        if key.endswith(".weight") and value.dim() == 3 and key.startswith(_WEIGHT_NORMED):
+            norm = value.norm(dim=tuple(range(1, value.dim())), keepdim=True)
+            out[f"{prefix}{base}.parametrizations.weight.original0"] = norm
+            out[f"{prefix}{base}.parametrizations.weight.original1"] = value
+        else:
+            out[prefix + key] = value
+    return out
