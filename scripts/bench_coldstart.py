@@ -70,9 +70,7 @@ def weights_s(model: Path) -> float:
 
 def _env(model: Path, quant: str, store: Path, **extra: str) -> dict[str, str]:
     kept = ("VOXCAST_CALIBRATION_DIR", "VOXCAST_INT8_CACHE_DIR", "VOXCAST_KERNEL_DIR")  # the caches in use
-    env = {
-        k: v for k, v in os.environ.items() if k in kept or not k.startswith(("VOXCAST_", "RUNPOD_"))
-    }
+    env = {k: v for k, v in os.environ.items() if k in kept or not k.startswith(("VOXCAST_", "RUNPOD_"))}
     env.update(
         PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]),
         VOXCAST_MODEL=str(model),

@@ -104,7 +104,9 @@ class ResBlock(nn.Module):
         self.activations2 = nn.ModuleList(Snake(channels) for _ in DILATIONS)
 
     def forward(self, x: Tensor) -> Tensor:
-        for c1, c2, a1, a2 in zip(self.convs1, self.convs2, self.activations1, self.activations2, strict=True):
+        for c1, c2, a1, a2 in zip(
+            self.convs1, self.convs2, self.activations1, self.activations2, strict=True
+        ):
             x = c2(a2(c1(a1(x)))) + x
         return x
 
@@ -133,7 +135,9 @@ class SourceNoise:
     noise: Tensor
 
     @classmethod
-    def draw(cls, batch: int, samples: int, generator: torch.Generator | None, device: torch.device) -> SourceNoise:
+    def draw(
+        cls, batch: int, samples: int, generator: torch.Generator | None, device: torch.device
+    ) -> SourceNoise:
         """Drawn as the official ``SineGen`` draws them (uniform phases, then normal noise)."""
         low, high = torch.tensor(-math.pi), torch.tensor(math.pi)
         rand = torch.rand((batch, HARMONICS + 1, 1), generator=generator, device=device)

@@ -176,7 +176,9 @@ def load_t3(
         raise CheckpointError(
             f"{path}: not a T3 state: missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shape {wrong[:5]}"
         )
-    state = {k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in state.items()}
+    state = {
+        k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in state.items()
+    }
     t3.load_state_dict(state, strict=True, assign=True)
     t3.eval().requires_grad_(False)
     log.info("loaded T3 from %s (%d layers, width %d)", path, cfg.layers, cfg.width)
