@@ -102,3 +102,13 @@ def hift_state(size: str = "tiny", seed: int = 0, prefix: str = "mel2wav.") -> d
         else:
             out[prefix + key] = value
     return out
+
+
+def ve_state(seed: int = 0) -> dict[str, torch.Tensor]:
+    """A random ``ve.safetensors`` state (PyTorch's LSTM initialisation; the similarity scalars too)."""
+    from voxcast.models.chatterbox_turbo.voice_encoder import VoiceEncoder
+
+    torch.manual_seed(seed)
+    state = {k: v.clone() for k, v in VoiceEncoder().state_dict().items()}
+    state["similarity_weight"], state["similarity_bias"] = torch.tensor([10.0]), torch.tensor([-5.0])
+    return state
