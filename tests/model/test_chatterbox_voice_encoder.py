@@ -42,7 +42,7 @@ def test_a_silent_reference_is_refused(encoder: VoiceEncoder) -> None:
 def test_a_bad_state_is_a_clear_error() -> None:
     state = ve_state()
     del state["lstm.weight_hh_l2"]
-    with pytest.raises(CheckpointError, match="lstm.weight_hh_l2"):
+    with pytest.raises(CheckpointError, match=r"lstm\.weight_hh_l2"):
         VoiceEncoder.from_tensors(state)
-    with pytest.raises(CheckpointError, match="proj.weight"):
+    with pytest.raises(CheckpointError, match=r"proj\.weight"):
         VoiceEncoder.from_tensors({})

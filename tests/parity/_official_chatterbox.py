@@ -69,11 +69,15 @@ def official_t3(folder: Path, layers: int, width: int, heads: int) -> Any:
     return t3.eval()
 
 
-def official_tokens(t3: Any, speaker: torch.Tensor, prompt: torch.Tensor, text: torch.Tensor, **kw: Any) -> list[int]:
+def official_tokens(
+    t3: Any, speaker: torch.Tensor, prompt: torch.Tensor, text: torch.Tensor, **kw: Any
+) -> list[int]:
     """``T3.inference_turbo`` (the caller seeds PyTorch's global generator first)."""
     cond_mod = import_chatterbox("models.t3.modules.cond_enc")
     assert cond_mod is not None
-    cond = cond_mod.T3Cond(speaker_emb=speaker, cond_prompt_speech_tokens=prompt, emotion_adv=0.5 * torch.ones(1, 1, 1))
+    cond = cond_mod.T3Cond(
+        speaker_emb=speaker, cond_prompt_speech_tokens=prompt, emotion_adv=0.5 * torch.ones(1, 1, 1)
+    )
     return [int(x) for x in t3.inference_turbo(cond, text, **kw)[0]]
 
 
