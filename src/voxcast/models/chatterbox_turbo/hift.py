@@ -26,6 +26,7 @@ from scipy.signal import get_window
 from torch import Tensor, nn
 
 from voxcast.errors import CheckpointError
+from voxcast.models.chatterbox_turbo.state import check_state
 
 __all__ = ["HiFT", "HiFTConfig", "SourceNoise", "fold_weight_norm"]
 
@@ -263,14 +264,7 @@ class HiFT(nn.Module):
         cfg = HiFTConfig.from_tensors(state)
         with torch.device("meta"):
             model = cls(cfg)
-        expected = model.state_dict()
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(set(state) - set(expected))
-        wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-        if missing or unexpected or wrong:
-            raise CheckpointError(
-                f"not a HiFT state: missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shape {wrong[:5]}"
-            )
+        check_state(model, state, "not a HiFT state")
         model.load_state_dict(state, strict=True, assign=True)
         model.window = torch.from_numpy(get_window("hann", N_FFT, fftbins=True).astype(np.float32))
         return model.eval().requires_grad_(False)

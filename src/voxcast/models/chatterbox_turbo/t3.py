@@ -20,6 +20,7 @@ from voxcast.errors import CheckpointError
 from voxcast.models.chatterbox_turbo.config import T3Config
 from voxcast.models.chatterbox_turbo.gpt2 import GPT2, KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling, sample
+from voxcast.models.chatterbox_turbo.state import check_state
 
 __all__ = ["T3", "T3_FILE", "TokenStream", "load_t3"]
 
@@ -168,14 +169,7 @@ def load_t3(
     with torch.device("meta"):
         t3 = T3(cfg)
     state = {k: v for k, v in state.items() if k not in _UNUSED and not k.endswith(_BUFFERS)}
-    expected = t3.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-    if missing or unexpected or wrong:
-        raise CheckpointError(
-            f"{path}: not a T3 state: missing {missing[:5]}, unexpected {unexpected[:5]}, wrong shape {wrong[:5]}"
-        )
+    check_state(t3, state, f"{path}: not a T3 state")
     state = {
         k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in state.items()
     }

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from voxcast.audio.mel_filters import mel_filterbank
 from voxcast.errors import CheckpointError, InvalidRequest
+from voxcast.models.chatterbox_turbo.state import check_state
 
 __all__ = ["VE_FILE", "VoiceEncoder"]
 
@@ -125,13 +126,6 @@ class VoiceEncoder(nn.Module):
         except KeyError as e:
             raise CheckpointError(f"not a VoiceEncoder state: {e} is missing") from e
         model = cls(hidden, embed)
-        expected = model.state_dict()
-        missing = sorted(set(expected) - set(state))
-        wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-        if missing or wrong or set(state) - set(expected):
-            raise CheckpointError(
-                f"not a VoiceEncoder state: missing {missing[:5]}, wrong shape {wrong[:5]}, "
-                f"unexpected {sorted(set(state) - set(expected))[:5]}"
-            )
+        check_state(model, state, "not a VoiceEncoder state")
         model.load_state_dict(state, strict=True)
         return model.eval().requires_grad_(False)
