@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["import_chatterbox", "official_hift", "official_t3", "official_tokens"]
+__all__ = ["import_chatterbox", "official_hift", "official_s3gen_encoder", "official_t3", "official_tokens"]
 
 
 def import_chatterbox(module: str) -> types.ModuleType | None:
@@ -98,3 +98,15 @@ def official_hift(state: dict[str, torch.Tensor], channels: int, f0_channels: in
     )
     model.load_state_dict({k[len("mel2wav.") :]: v for k, v in state.items() if k.startswith("mel2wav.")})
     return model.eval()
+
+
+def official_s3gen_encoder() -> Any:
+    """The official ``UpsampleConformerEncoder`` with the arguments ``S3Gen`` gives it (random weights)."""
+    mod = import_chatterbox("models.s3gen.transformer.upsample_encoder")
+    assert mod is not None
+    return mod.UpsampleConformerEncoder(
+        output_size=512, attention_heads=8, linear_units=2048, num_blocks=6, dropout_rate=0.1,
+        positional_dropout_rate=0.1, attention_dropout_rate=0.1, normalize_before=True, input_layer="linear",
+        pos_enc_layer_type="rel_pos_espnet", selfattention_layer_type="rel_selfattn", input_size=512,
+        use_cnn_module=False, macaron_style=False,
+    ).eval()  # fmt: skip

@@ -1,0 +1,163 @@
+"""S3Gen's token encoder: speech-token embeddings (25 Hz, 512 wide) -> 50 Hz features for the flow.
+
+The official ``UpsampleConformerEncoder`` as S3Gen builds it: a linear input layer (Linear, LayerNorm)
+with ESPnet's relative positional encoding (the input scaled by sqrt(512)), a look-ahead layer that
+sees 3 tokens ahead, 6 conformer blocks (pre-norm, relative-position self-attention with 8 heads,
+a SiLU feed-forward of 2048; no convolution module, no macaron), x2 nearest upsampling through a
+left-padded k=5 convolution, the same input layer again and 4 more blocks, a final LayerNorm. Module
+names follow the official ``flow.encoder`` of ``s3gen_meanflow.safetensors``. Batches of equal lengths
+(no padding); the attention sees the whole sequence (not causal), so a streamed encoder re-encodes a
+window (measured in docs/chatterbox-turbo.md when the flow streams).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["S3GenEncoder", "rel_positions"]
+
+WIDTH, HEADS, FFN = 512, 8, 2048
+BLOCKS, UP_BLOCKS = 6, 4
+LOOKAHEAD = 3
+
+
+def rel_positions(length: int, width: int = WIDTH) -> Tensor:
+    """ESPnet's relative positional encoding for ``length`` positions: ``[1, 2 * length - 1, width]``,
+    positions length - 1 ... -(length - 1), computed as the official table (5000 positions, grown on
+    demand) and sliced the same way."""
+    n = max(5000, length)
+    positive, negative = torch.zeros(n, width), torch.zeros(n, width)
+    position = torch.arange(0, n, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * -(math.log(10000.0) / width))
+    positive[:, 0::2] = torch.sin(position * div)
+    positive[:, 1::2] = torch.cos(position * div)
+    negative[:, 0::2] = torch.sin(-1 * position * div)
+    negative[:, 1::2] = torch.cos(-1 * position * div)
+    table = torch.cat([torch.flip(positive, [0]).unsqueeze(0), negative[1:].unsqueeze(0)], dim=1)
+    center = table.shape[1] // 2
+    return table[:, center - length + 1 : center + length]
+
+
+class InputLayer(nn.Module):
+    """``Linear -> LayerNorm``, then the scale of the relative positional encoding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH, eps=1e-5))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        x = self.out(x) * math.sqrt(WIDTH)
+        return x, rel_positions(x.shape[1]).to(x.device, x.dtype)
+
+
+class RelAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h, self.d_k = HEADS, WIDTH // HEADS
+        self.linear_q = nn.Linear(WIDTH, WIDTH)
+        self.linear_k = nn.Linear(WIDTH, WIDTH)
+        self.linear_v = nn.Linear(WIDTH, WIDTH)
+        self.linear_out = nn.Linear(WIDTH, WIDTH)
+        self.linear_pos = nn.Linear(WIDTH, WIDTH, bias=False)
+        self.pos_bias_u = nn.Parameter(torch.zeros(self.h, self.d_k))
+        self.pos_bias_v = nn.Parameter(torch.zeros(self.h, self.d_k))
+
+    @staticmethod
+    def rel_shift(x: Tensor) -> Tensor:
+        """``[B, h, T, 2T - 1]`` scores by relative position -> ``[B, h, T, T]`` by key position."""
+        b, h, t, n = x.shape
+        padded = torch.cat([torch.zeros((b, h, t, 1), dtype=x.dtype, device=x.device), x], dim=-1)
+        return padded.view(b, h, n + 1, t)[:, :, 1:].view_as(x)[:, :, :, : n // 2 + 1]
+
+    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+        b = x.shape[0]
+        q = self.linear_q(x).view(b, -1, self.h, self.d_k)  # (B, T, h, d_k)
+        k = self.linear_k(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
+        v = self.linear_v(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
+        p = self.linear_pos(pos).view(pos.shape[0], -1, self.h, self.d_k).transpose(1, 2)
+        ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
+        bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
+        if ac.shape != bd.shape:
+            bd = self.rel_shift(bd)
+        attn = torch.softmax((ac + bd) / math.sqrt(self.d_k), dim=-1)
+        out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
+        return self.linear_out(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(WIDTH, FFN)
+        self.w_2 = nn.Linear(FFN, WIDTH)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(F.silu(self.w_1(x)))
+
+
+class Block(nn.Module):
+    """A pre-norm conformer block without convolution: attention, then feed-forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.self_attn = RelAttention()
+        self.feed_forward = FeedForward()
+        self.norm_ff = nn.LayerNorm(WIDTH, eps=1e-12)
+        self.norm_mha = nn.LayerNorm(WIDTH, eps=1e-12)
+
+    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+        x = x + self.self_attn(self.norm_mha(x), pos)
+        return x + self.feed_forward(self.norm_ff(x))
+
+
+class LookAhead(nn.Module):
+    """Each token sees the next three: a k=4 convolution over the right-padded sequence, LeakyReLU, a
+    left-padded k=3 convolution, plus the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(WIDTH, WIDTH, LOOKAHEAD + 1)
+        self.conv2 = nn.Conv1d(WIDTH, WIDTH, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.pad(x.transpose(1, 2).contiguous(), (0, LOOKAHEAD), value=0.0)
+        y = F.pad(F.leaky_relu(self.conv1(y)), (2, 0), value=0.0)
+        return self.conv2(y).transpose(1, 2).contiguous() + x
+
+
+class Upsample(nn.Module):
+    """x2 nearest, left-padded by 4, k=5 convolution (``[B, C, T]`` -> ``[B, C, 2T]``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(WIDTH, WIDTH, 5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(F.pad(F.interpolate(x, scale_factor=2.0, mode="nearest"), (4, 0), value=0.0))
+
+
+class S3GenEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = InputLayer()
+        self.pre_lookahead_layer = LookAhead()
+        self.encoders = nn.ModuleList(Block() for _ in range(BLOCKS))
+        self.up_layer = Upsample()
+        self.up_embed = InputLayer()
+        self.up_encoders = nn.ModuleList(Block() for _ in range(UP_BLOCKS))
+        self.after_norm = nn.LayerNorm(WIDTH, eps=1e-5)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """``[B, T, 512]`` token embeddings -> ``[B, 2T, 512]`` features."""
+        x, pos = self.embed(tokens)
+        x = self.pre_lookahead_layer(x)
+        for block in self.encoders:
+            x = block(x, pos)
+        x = self.up_layer(x.transpose(1, 2).contiguous()).transpose(1, 2).contiguous()
+        x, pos = self.up_embed(x)
+        for block in self.up_encoders:
+            x = block(x, pos)
+        return self.after_norm(x)
