@@ -38,7 +38,8 @@ class HiFTStream:
 
     Args:
         hift: the vocoder.
-        generator: draws the stream's source noise (phases once, then per frame).
+        generator: draws the stream's source noise (phases once, then per frame); None: a generator
+            seeded at random.
         left / right: mel frames of context decoded on each side of a chunk and thrown away. ``right``
             is also the look-ahead: a frame's audio leaves once ``right`` frames follow it (or at
             :meth:`finish`); at least :data:`F0_CONTEXT`. Measured on random weights (tiny and full
@@ -53,9 +54,13 @@ class HiFTStream:
             raise ValueError(
                 f"HiFTStream needs right >= {F0_CONTEXT} frames (the pitch's look-ahead) and left >= 0"
             )
-        self.hift, self.generator, self.left, self.right = hift, generator, left, right
         device = hift.conv_pre.weight.device
+        if generator is None:
+            generator = torch.Generator(device=device)
+            generator.seed()
+        self.hift, self.generator, self.left, self.right = hift, generator, left, right
         self.device = device
+        self._start = generator.get_state()  # :attr:`noise` replays the draws from here
         self._phases = SourceNoise.draw(1, 0, generator, device).phases
         self._mel = torch.zeros(1, hift.cfg.mels, 0, device=device)  # frames from self._base on
         self._noise = torch.zeros(1, HARMONICS + 1, 0, device=device)  # their samples' unit noise
@@ -67,14 +72,17 @@ class HiFTStream:
         self._received = 0
         self._final = 0  # frames whose pitch (and the phase carry at their start) is final
         self._emitted = 0
-        self._noise_blocks: list[Tensor] = []
         self._finished = False
 
     @property
     def noise(self) -> SourceNoise:
-        """The whole utterance's source noise (the phases and every frame's unit noise): a one-pass
+        """The source noise of every frame received so far (replayed from the generator's state at
+        the start, so the stream keeps none of it): a one-pass
         ``hift.decode(mel, hift.source(hift.f0(mel), stream.noise))`` is the reference."""
-        return SourceNoise(self._phases, torch.cat(self._noise_blocks, dim=-1))
+        replay = torch.Generator(device=self.device)
+        replay.set_state(self._start)
+        phases = SourceNoise.draw(1, 0, replay, self.device).phases
+        return SourceNoise(phases, self._frame_noise(replay, self._received))
 
     @property
     def emitted_frames(self) -> int:
@@ -91,12 +99,7 @@ class HiFTStream:
         if self._finished:
             raise RuntimeError("the stream is finished")
         n = mel.shape[-1]
-        # one draw per frame, so the noise does not depend on how the mel is chunked
-        shape = (1, HARMONICS + 1, SAMPLES_PER_FRAME)
-        block = torch.cat(
-            [torch.randn(shape, generator=self.generator, device=self.device) for _ in range(n)], dim=-1
-        )
-        self._noise_blocks.append(block)
+        block = self._frame_noise(self.generator, n)
         self._mel = torch.cat((self._mel, mel.to(self._mel.dtype)), dim=-1)
         self._noise = torch.cat((self._noise, block), dim=-1)
         self._received += n
@@ -109,6 +112,13 @@ class HiFTStream:
         return self._emit(self._received)
 
     # ------------------------------------------------------------------ internals
+
+    def _frame_noise(self, generator: torch.Generator, frames: int) -> Tensor:
+        """Unit noise for ``frames`` frames, one draw per frame (so it does not depend on how the mel
+        is chunked)."""
+        shape = (1, HARMONICS + 1, SAMPLES_PER_FRAME)
+        draws = [torch.randn(shape, generator=generator, device=self.device) for _ in range(frames)]
+        return torch.cat(draws, dim=-1) if draws else torch.zeros(1, HARMONICS + 1, 0, device=self.device)
 
     def _settle_f0(self, upto: int) -> None:
         """Make the pitch of frames ``[self._final, upto)`` final (they have enough frames after them,
@@ -132,7 +142,7 @@ class HiFTStream:
             return torch.zeros(0, device=self.device)
         a, b = self._emitted, upto
         end = self._received if self._finished else min(self._received, b + self.right)
-        self._settle_f0(end if self._finished else max(self._final, min(end, self._received - F0_CONTEXT)))
+        self._settle_f0(end if self._finished else min(end, self._received - F0_CONTEXT))
         s = max(self._base, a - self.left)
         mel = self._mel[..., s - self._base : end - self._base]
         # pitch: final where settled, provisional beyond (right context near the received edge)

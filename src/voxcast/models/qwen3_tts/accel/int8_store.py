@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import Tensor
 
 __all__ = ["INT8_CACHE_ENV", "StoredInt8", "load", "save", "store_dir", "store_path"]
@@ -80,14 +80,12 @@ def load(identity: str) -> StoredInt8 | None:
     if path is None or not path.is_file():
         return None
     try:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="pt") as f:  # one open: the metadata, then the tensors
             meta = f.metadata() or {}
-        if meta.get("identity") != identity or meta.get("format") != str(FORMAT):
-            raise ValueError("written for another checkpoint or format")
-        sources = tuple(json.loads(meta["sources"]))
-        tensors = load_file(str(path))
+            if meta.get("identity") != identity or meta.get("format") != str(FORMAT):
+                raise ValueError("written for another checkpoint or format")
+            sources = tuple(json.loads(meta["sources"]))
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a Mapping)
     except (OSError, ValueError, KeyError, SafetensorError) as e:
         log.warning("int8 weight store %s unreadable (%s): quantizing again", path, e)
         return None
