@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointError",
     "EngineUnavailable",
     "InvalidRequest",
+    "InvalidVoicePrompt",
     "StorageError",
     "VoiceNotFound",
     "VoxcastError",
@@ -47,6 +48,12 @@ class VoiceNotFound(InvalidRequest):
     """A voice id that no registry knows."""
 
     code = "voice_not_found"
+
+
+class InvalidVoicePrompt(InvalidRequest):
+    """Bytes that are not a valid voxcast voice prompt (corrupt, foreign, other schema or model)."""
+
+    code = "invalid_voice_prompt"
 
 
 class CheckpointError(VoxcastError):

@@ -85,7 +85,7 @@ def _slow_decoders(monkeypatch: pytest.MonkeyPatch, eng: Engine, seconds: float)
             time.sleep(seconds)
             return self.inner.decode(codes)
 
-    monkeypatch.setattr(eng.model, "new_decoder", lambda voice=None: Slow(real(voice)))
+    monkeypatch.setattr(eng.model, "new_decoder", lambda voice=None, seed=None: Slow(real(voice)))
 
 
 def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,7 +65,7 @@ def _spy_decoders(
     made: list[_SpyDecoder] = []
     real = engine.model.new_decoder
 
-    def new_decoder(voice: Any = None) -> _SpyDecoder:
+    def new_decoder(voice: Any = None, seed: int | None = None) -> _SpyDecoder:
         made.append(_SpyDecoder(real(voice), hook))
         return made[-1]
 
@@ -156,7 +156,7 @@ def test_a_failing_decode_fails_only_its_stream(
             second_started.wait(10)
             raise RuntimeError("codec broke")
 
-    def new_decoder(voice: Any = None) -> _SpyDecoder:
+    def new_decoder(voice: Any = None, seed: int | None = None) -> _SpyDecoder:
         made.append(_SpyDecoder(real(voice), break_first if not made else None))
         if len(made) == 2:
             second_started.set()

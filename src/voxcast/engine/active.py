@@ -39,6 +39,8 @@ class Active:
     target: int = 1
     seq: int = 0
     frames: int = 0
+    #: frames decoded whose audio the decoder still holds back (look-ahead): counted with the next chunk
+    unsent_frames: int = 0
     samples: int = 0
     codec_s: float = 0.0
     emits: list[float] = field(default_factory=list)

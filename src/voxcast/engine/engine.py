@@ -673,7 +673,7 @@ class Engine:
         timing.pieces = len(pieces)
         gen, max_frames = self._piece_generator(stream, pieces[0], req.sampling, 0, several)
         timing.prompt_ms = (time.perf_counter() - t0) * 1000
-        decoder = self.model.new_decoder(stream.voice)
+        decoder = self.model.new_decoder(stream.voice, seed=gen.seed)
         if gen.seed is not None:
             timing.extra["seed"] = int(gen.seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
@@ -835,7 +835,8 @@ class Engine:
         if gen.seed is not None:
             stream.timing.extra["seed"] = int(gen.seed)
         first = req.first_chunk_frames or self.config.first_chunk_frames
-        act = Active(stream, gen, self.model.new_decoder(stream.voice), limit, target=first, first=first)
+        decoder = self.model.new_decoder(stream.voice, seed=gen.seed)
+        act = Active(stream, gen, decoder, limit, target=first, first=first)
         act.prompt, act.seen = prompt, seen
         return act
 
@@ -1093,7 +1094,16 @@ class Engine:
         pcm = np.asarray(act.decoder.decode(codes), dtype=np.float32)
         t1 = time.perf_counter()
         act.codec_s += t1 - t0
-        chunk = AudioChunk(act.seq, pcm, self.sample_rate, int(codes.shape[0]), t1)
+        self._deliver(act, pcm, int(codes.shape[0]), t1)
+
+    def _deliver(self, act: Active, pcm: np.ndarray, frames: int, t1: float) -> None:
+        """Put a decoded chunk on the stream. A decoder with look-ahead may have no audio final yet:
+        its frames are counted with the next chunk that has some."""
+        if not len(pcm):
+            act.unsent_frames += frames
+            return
+        frames, act.unsent_frames = frames + act.unsent_frames, 0
+        chunk = AudioChunk(act.seq, pcm, self.sample_rate, frames, t1)
         if act.seq == 0:
             act.stream.timing.ttfa_ms = (t1 - act.stream.started_at) * 1000
         act.seq += 1
@@ -1109,6 +1119,13 @@ class Engine:
     def _complete(self, act: Active, reason: str | None) -> None:
         if act.failed:
             return
+        finish = getattr(act.decoder, "finish", None)
+        if finish is not None and reason is None and not act.stream.cancelled:
+            t0 = time.perf_counter()
+            pcm = np.asarray(finish(), dtype=np.float32)
+            t1 = time.perf_counter()
+            act.codec_s += t1 - t0
+            self._deliver(act, pcm, 0, t1)
         fill_final_timing(act, self.sample_rate, reason, self.keep_codes)
         act.stream._end()
 

@@ -9,10 +9,11 @@ The frame loop, per request::
 
     prompt = model.build_prompt(text, speaker=..., voice=..., language=..., instruct=...)
     gen = model.new_generator(prompt, sampling, max_frames)
-    dec = model.new_decoder(voice)
+    dec = model.new_decoder(voice, seed=gen.seed)
     gen.prefill()                       # or gen.prefill_part(n) until it returns True
     while (codes := model.step_many([gen])[0]) is not None:
-        pcm = dec.decode(codes[None])   # float32 [frames * samples_per_frame]
+        pcm = dec.decode(codes[None])   # float32 [frames * samples_per_frame] (or less: look-ahead)
+    pcm = dec.finish()                  # where the decoder has it: the audio still held back
 
 Text that arrives in pieces (an LLM's tokens), where the model can take it as it comes::
 
@@ -158,7 +159,12 @@ class FrameGenerator(Protocol):
 
 
 class StreamingDecoder(Protocol):
-    """Codes -> audio, chunk by chunk; the concatenation equals a one-pass decode."""
+    """Codes -> audio, chunk by chunk; the concatenation equals a one-pass decode.
+
+    A decoder that needs look-ahead may return no audio for a chunk (it is held until later frames
+    arrive) and may have a ``finish() -> np.ndarray`` method, which the engine calls once after the
+    last frame of a stream that ended normally, for the audio still held.
+    """
 
     def decode(self, codes: torch.Tensor) -> np.ndarray: ...
 
@@ -232,6 +238,6 @@ class TTSModel(Protocol):
 
     def step_many(self, generators: list[Any]) -> list[torch.Tensor | None]: ...
 
-    def new_decoder(self, voice: Any = None) -> StreamingDecoder: ...
+    def new_decoder(self, voice: Any = None, seed: int | None = None) -> StreamingDecoder: ...
 
     def runtime_report(self) -> dict[str, Any]: ...

@@ -1,7 +1,8 @@
 """Model families by checkpoint: the one place that maps a checkpoint to the package that runs it.
 
-The family is read from the checkpoint's ``config.json`` (``model_type``); the package is imported
-only when a checkpoint of that family is loaded, so the engine never imports a concrete model.
+The family is read from the checkpoint's ``config.json`` (``model_type``), or, for layouts that ship
+no config (Chatterbox Turbo), from the files that mark them; the package is imported only when a
+checkpoint of that family is loaded, so the engine never imports a concrete model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ __all__ = ["FAMILIES", "family_of", "load_model"]
 
 FAMILIES: dict[str, str] = {
     "qwen3_tts": "voxcast.models.qwen3_tts.family",
+    "chatterbox_turbo": "voxcast.models.chatterbox_turbo.family",
 }
+#: Families recognised by a file of their layout when the folder has no ``config.json``.
+MARKERS: dict[str, str] = {"t3_turbo_v1.safetensors": "chatterbox_turbo"}
 """``config.json`` ``model_type`` -> the module whose ``load(root, options)`` loads that family."""
 
 
@@ -29,6 +33,10 @@ def family_of(root: Path) -> str:
         CheckpointError: no readable ``config.json``, or a model type no family serves.
     """
     config = root / "config.json"
+    if not config.is_file():
+        for marker, family in MARKERS.items():
+            if (root / marker).is_file():
+                return family
     try:
         model_type = json.loads(config.read_text()).get("model_type")
     except (OSError, ValueError, AttributeError) as e:

@@ -401,8 +401,9 @@ class Qwen3TTS:
         """One frame for each generator in one batched step (see :func:`~.generator.step_many`)."""
         return step_many(generators)
 
-    def new_decoder(self, voice: VoicePrompt | None = None) -> StreamingDecoder:
-        """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice)."""
+    def new_decoder(self, voice: VoicePrompt | None = None, seed: int | None = None) -> StreamingDecoder:
+        """A streaming codec decoder; for an ICL voice, primed with its reference codes (once per voice).
+        The codec decoder draws no noise: ``seed`` is not used."""
         if voice is None or voice.ref_codes is None:
             return self.codec_decoder.new_stream()
         return self._primed_decoder(voice).clone()

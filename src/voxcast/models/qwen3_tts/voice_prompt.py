@@ -26,7 +26,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from voxcast.audio.reference import load_reference_audio
-from voxcast.errors import InvalidRequest
+from voxcast.errors import InvalidRequest, InvalidVoicePrompt
 
 from .speaker_encoder import SpeakerEncoder, extract_xvector
 
@@ -47,12 +47,6 @@ SCHEMA_VERSION = 1
 _FORMAT = "voxcast.voice_prompt"
 _NUM_GROUPS = 16
 _MAX_HEADER = 1 << 20
-
-
-class InvalidVoicePrompt(InvalidRequest):
-    """Bytes that are not a valid voxcast voice prompt (corrupt, foreign, other schema or model)."""
-
-    code = "invalid_voice_prompt"
 
 
 @dataclass(frozen=True, eq=False)

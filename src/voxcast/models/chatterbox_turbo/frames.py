@@ -1,0 +1,122 @@
+"""Turbo's frame generator for the engine: one T3 speech token per step (25 a second).
+
+The prefill (the text and the start token after the voice's cached conditioning prefix) draws the first
+token; each step returns the next as a ``[1]`` tensor, None after the stop token or the frame limit.
+T3's own limit (upstream's 1000 tokens, 40 s) also applies.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from voxcast.models.chatterbox_turbo.gpt2 import KVCache
+from voxcast.models.chatterbox_turbo.sampling import TurboSampling
+from voxcast.models.chatterbox_turbo.t3 import T3, TokenStream
+from voxcast.models.chatterbox_turbo.voice import TurboVoice
+
+__all__ = ["MAX_TOKENS", "TurboFrames", "TurboPrompt"]
+
+#: Upstream's ``max_gen_len``.
+MAX_TOKENS = 1000
+
+
+@dataclass
+class TurboPrompt:
+    """One request's T3 input: its text's ids (after ``punc_norm``) and the voice."""
+
+    text_ids: Tensor
+    voice: TurboVoice
+    prefix: KVCache | None = field(default=None, repr=False)
+    conditioning: Tensor | None = field(default=None, repr=False)
+    prefix_hit: bool = False
+
+
+class TurboFrames:
+    """A :class:`~voxcast.models.base.FrameGenerator` over T3's tokens."""
+
+    waiting = False
+
+    def __init__(
+        self, t3: T3, prompt: TurboPrompt, sampling: TurboSampling, max_frames: int, seed: int | None
+    ) -> None:
+        self.t3, self.prompt, self.sampling = t3, prompt, sampling
+        self.max_frames = max_frames
+        self._seed = seed if seed is not None else random.getrandbits(63)
+        self._stream: TokenStream | None = None
+        self._first: int | None = None
+        self._frames = 0
+        self._finish: str | None = None
+        self._prefill_s = 0.0
+        self._t3_s = 0.0
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._finish
+
+    @property
+    def prefill_s(self) -> float:
+        return self._prefill_s
+
+    def prefill(self) -> None:
+        if self._stream is not None:
+            return
+        t0 = time.perf_counter()
+        p = self.prompt
+        self._stream = self.t3.stream(
+            p.text_ids,
+            prefix=p.prefix,
+            conditioning=p.conditioning if p.prefix is None else None,
+            sampling=self.sampling,
+            seed=self._seed,
+            max_tokens=MAX_TOKENS,
+        )
+        self._first = self._stream.next()
+        self._prefill_s = time.perf_counter() - t0
+
+    def prefill_part(self, max_positions: int | None) -> bool:
+        self.prefill()
+        return True
+
+    def step(self) -> Tensor | None:
+        if self._finish is not None:
+            return None
+        if self._stream is None:
+            self.prefill()
+        assert self._stream is not None
+        if self._frames >= self.max_frames:
+            self._finish = "max_frames"
+            return None
+        t0 = time.perf_counter()
+        token: int | None
+        if self._first is not None:
+            token, self._first = self._first, None
+        else:
+            token = self._stream.next() if not self._stream.done else None
+        self._t3_s += time.perf_counter() - t0
+        if token is None:
+            self._finish = "eos" if self._stream.tokens and self._stream_stopped() else "max_frames"
+            return None
+        self._frames += 1
+        return torch.tensor([token], dtype=torch.long)
+
+    def _stream_stopped(self) -> bool:
+        assert self._stream is not None
+        return int(self._stream.tokens[-1][0, 0]) == self.t3.cfg.stop_speech
+
+    def stage_ms(self) -> dict[str, float]:
+        return {"t3_ms": self._t3_s * 1000}
+
+    def prefix_report(self) -> tuple[bool, int] | None:
+        p = self.prompt
+        if p.prefix is None:
+            return None
+        return (p.prefix_hit, p.prefix.length)

@@ -1,0 +1,344 @@
+"""Chatterbox Turbo as a voxcast model (:class:`~voxcast.models.base.TTSModel`).
+
+Loads the official layout (``t3_turbo_v1.safetensors``, ``s3gen_meanflow.safetensors``, ``ve.safetensors``,
+the GPT-2 tokenizer files, optionally the built-in voice ``conds.pt``). A frame is one speech token
+(40 ms, 960 samples at 24 kHz). Voices are built from reference audio (> 5 s) or are the built-in one
+(speaker name "default"); Turbo has no named speakers, no instruct and speaks English only, so those
+request fields fail naming the field. Paralinguistic tags (``[laugh]``...) are tokens of the text.
+
+Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values) and the S3Gen
+prompt's pinned noise. Streaming is :mod:`.s3gen_stream`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+
+from voxcast.errors import CheckpointError, InvalidRequest
+from voxcast.models.base import LoadOptions, SamplingParams, WarmupCase
+from voxcast.models.chatterbox_turbo.campplus import CAMPPlus
+from voxcast.models.chatterbox_turbo.frames import TurboFrames, TurboPrompt
+from voxcast.models.chatterbox_turbo.gpt2 import KVCache
+from voxcast.models.chatterbox_turbo.hift import HiFT
+from voxcast.models.chatterbox_turbo.s3_tokenizer import S3Tokenizer
+from voxcast.models.chatterbox_turbo.s3gen_audio import mel_24k, resample_sinc
+from voxcast.models.chatterbox_turbo.s3gen_flow import S3GenFlow
+from voxcast.models.chatterbox_turbo.s3gen_stream import StreamSettings, TurboAudioStream
+from voxcast.models.chatterbox_turbo.sampling import TurboSampling
+from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
+from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
+from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
+from voxcast.models.chatterbox_turbo.voice_encoder import VE_FILE, VoiceEncoder
+
+__all__ = ["S3GEN_FILE", "ChatterboxTurbo", "is_turbo_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+S3GEN_FILE = "s3gen_meanflow.safetensors"
+CONDS_FILE = "conds.pt"
+DEFAULT_VOICE = "default"
+#: Voices whose per-voice state (T3 prefix) is kept.
+VOICE_STATES = 32
+LANGUAGES = ("auto", "en", "english")
+
+
+def is_turbo_checkpoint(root: Path) -> bool:
+    """Whether ``root`` holds the Turbo layout (its T3 file)."""
+    return (root / T3_FILE).is_file()
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: no {path.name} (not a complete Chatterbox Turbo checkpoint)")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"{path}: cannot read weights: {e}") from e
+
+
+def _identity(root: Path) -> str:
+    """Stable name of the checkpoint's content: hash of the tokenizer files and the weights' sizes."""
+    h = hashlib.sha256()
+    for name in ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"):
+        if (root / name).is_file():
+            h.update((root / name).read_bytes())
+    sizes = [(root / f).stat().st_size for f in (T3_FILE, S3GEN_FILE, VE_FILE)]
+    h.update(repr(sizes).encode())
+    return f"chatterbox-turbo:{h.hexdigest()[:16]}:{sum(sizes)}"
+
+
+def turbo_sampling(params: SamplingParams) -> TurboSampling:
+    """The request's sampling with Turbo's defaults for every field the request did not set (the
+    request schema's defaults are Qwen3-TTS's)."""
+    given = params.model_fields_set
+    d = TurboSampling()
+    return TurboSampling(
+        temperature=params.temperature if "temperature" in given else d.temperature,
+        top_k=params.top_k if "top_k" in given else d.top_k,
+        top_p=params.top_p if "top_p" in given else d.top_p,
+        repetition_penalty=params.repetition_penalty
+        if "repetition_penalty" in given
+        else d.repetition_penalty,
+        greedy=params.greedy,
+    )
+
+
+class ChatterboxTurbo:
+    """A loaded Turbo checkpoint. Driven by the engine from one thread; voices may be built and
+    primed on others."""
+
+    model_type = "turbo"
+    sample_rate = 24000
+    samples_per_frame = 960
+    clones_voices = True
+
+    def __init__(
+        self,
+        *,
+        t3: T3,
+        flow: S3GenFlow,
+        hift: HiFT,
+        ve: VoiceEncoder,
+        campplus: CAMPPlus,
+        s3_tokenizer: S3Tokenizer,
+        tokenizer: TurboTokenizer,
+        identity: str,
+        device: torch.device,
+        builtin: TurboVoice | None = None,
+        stream_settings: StreamSettings | None = None,
+        prefix_cache: bool = True,
+    ) -> None:
+        self.t3, self.flow, self.hift, self.ve = t3, flow, hift, ve
+        self.campplus, self.s3_tokenizer, self.tokenizer = campplus, s3_tokenizer, tokenizer
+        self.identity, self.device = identity, device
+        self.builtin = builtin
+        self.stream_settings = stream_settings or StreamSettings()
+        self.prefix_cache_enabled = prefix_cache
+        self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
+        self.load_s = 0.0
+        self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.prefix_hits = self.prefix_misses = 0
+
+    @classmethod
+    def from_pretrained(cls, root: str | Path, options: LoadOptions | None = None) -> ChatterboxTurbo:
+        """Load a checkpoint folder.
+
+        Raises:
+            CheckpointError: a file is missing or its tensors do not make the model.
+        """
+        t0 = time.perf_counter()
+        opts = options or LoadOptions()
+        folder = Path(root)
+        if opts.quant != "none":
+            raise CheckpointError(f"Chatterbox Turbo has no {opts.quant} mode yet (VOXCAST_QUANT=none)")
+        device = torch.device(opts.device)
+        t3 = load_t3(folder, device=device, dtype=opts.dtype)
+        s3gen = _read(folder / S3GEN_FILE)
+        flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
+        hift = HiFT.from_tensors(s3gen).to(device=device, dtype=opts.codec_dtype)
+        campplus = CAMPPlus.from_tensors(s3gen).to(device)
+        s3_tokenizer = S3Tokenizer.from_tensors(s3gen).to(device)
+        del s3gen
+        ve = VoiceEncoder.from_tensors(_read(folder / VE_FILE)).to(device)
+        tokenizer = TurboTokenizer.from_dir(folder)
+        identity = _identity(folder)
+        builtin = None
+        if (folder / CONDS_FILE).is_file():
+            builtin = TurboVoice.from_conds(folder / CONDS_FILE, name=DEFAULT_VOICE)
+        model = cls(
+            t3=t3, flow=flow, hift=hift, ve=ve, campplus=campplus, s3_tokenizer=s3_tokenizer,
+            tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
+            prefix_cache=opts.prefix_cache,
+        )  # fmt: skip
+        model.load_s = time.perf_counter() - t0
+        log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
+        return model
+
+    # ------------------------------------------------------------------ voices
+
+    def make_voice(
+        self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool
+    ) -> TurboVoice:
+        """A voice from reference audio (mono float, any rate; ``ref_text`` and ``x_vector_only`` are
+        not used by Turbo).
+
+        Raises:
+            InvalidRequest: 5 s or shorter (field "ref_audio").
+        """
+        from voxcast.audio.reference import prepare_reference_audio
+
+        wav = prepare_reference_audio(audio, sample_rate) if sample_rate != self.sample_rate else audio
+        dev = self.device
+        with torch.inference_mode():
+            return build_voice(
+                np.asarray(wav, dtype=np.float32),
+                embed_speaker=lambda w: self.ve.embed(w),
+                tokens=lambda w, n: self.s3_tokenizer.tokens(w.to(dev), max_len=n),
+                xvector=lambda w: self.campplus.embed(w.to(dev)),
+                mel=lambda w: mel_24k(w.to(dev)),
+                resample=resample_sinc,
+                model_identity=self.identity,
+            )
+
+    def voice_from_bytes(self, data: bytes) -> TurboVoice:
+        return TurboVoice.from_bytes(data, expected_identity=self.identity)
+
+    def prime_voice(self, voice: TurboVoice, *, prefix: bool = True) -> TurboVoice:
+        """Compute ``voice``'s T3 conditioning prefix now (with the prefix cache on)."""
+        if prefix and self.prefix_cache_enabled:
+            self._prefix(voice)
+        return voice
+
+    def _prefix(self, voice: TurboVoice) -> tuple[KVCache, bool]:
+        """The voice's T3 prefix from the LRU (keyed by the voice object), computed on a miss."""
+        key = id(voice)
+        with self._lock:
+            hit = self._states.get(key)
+            if hit is not None and hit[0] is voice:
+                self._states.move_to_end(key)
+                self.prefix_hits += 1
+                return hit[1], True
+        with torch.inference_mode():
+            cache = self.t3.prefix(self._conditioning(voice))
+        with self._lock:
+            self.prefix_misses += 1
+            self._states[key] = (voice, cache)
+            while len(self._states) > VOICE_STATES:
+                self._states.popitem(last=False)
+        return cache, False
+
+    def _conditioning(self, voice: TurboVoice) -> torch.Tensor:
+        dtype = self.t3.speech_emb.weight.dtype
+        with torch.inference_mode():
+            return self.t3.conditioning(voice.speaker.to(self.device, dtype), voice.t3_tokens.to(self.device))
+
+    def warmup_cases(self, reference: np.ndarray, reference_text: str) -> list[WarmupCase]:
+        """The built-in voice (if any) and a voice cloned from ``reference`` (tiled past 5 s)."""
+        reps = int(np.ceil(6.0 * self.sample_rate / max(1, len(reference))))
+        voice = self.make_voice(np.tile(reference, reps), self.sample_rate, None, False)
+        cases = [WarmupCase({}, voice)]
+        if self.builtin is not None:
+            cases.append(WarmupCase({"voice": DEFAULT_VOICE}, sampled=False))
+        return cases
+
+    def fill_speaker_prefixes(self) -> int:
+        if self.builtin is None or not self.prefix_cache_enabled:
+            return 0
+        return int(not self._prefix(self.builtin)[1])
+
+    def prepare_batches(self, max_batch: int) -> None:
+        """Nothing to record (no traced or compiled steps yet)."""
+
+    def runtime_report(self) -> dict[str, object]:
+        s = self.stream_settings
+        return {
+            "device": str(self.device),
+            "family": "chatterbox_turbo",
+            "stream": {"first": s.first, "chunk": s.chunk, "left": s.left, "right": s.right,
+                       "hift_left": s.hift_left, "hift_right": s.hift_right, "prompt_tokens": s.prompt_tokens},
+        }  # fmt: skip
+
+    # ------------------------------------------------------------------ prompts and generation
+
+    def _voice_for(self, speaker: str | None, voice: TurboVoice | None) -> TurboVoice:
+        if voice is not None:
+            if not isinstance(voice, TurboVoice):
+                raise InvalidRequest(
+                    "this voice was made for another model family; recreate it", field="voice"
+                )
+            if voice.model_identity not in ("", self.identity):
+                raise InvalidRequest("this voice was made by another model; recreate it", field="voice")
+            return voice
+        if speaker is not None and speaker.lower() != DEFAULT_VOICE:
+            raise InvalidRequest(
+                f"Chatterbox Turbo has no named speakers ({speaker!r}): give ref_audio or a stored voice id",
+                field="voice",
+            )
+        if self.builtin is None:
+            raise InvalidRequest(
+                "this Chatterbox Turbo checkpoint has no built-in voice (conds.pt): give ref_audio or a voice id",
+                field="voice",
+            )
+        return self.builtin
+
+    def build_prompt(
+        self,
+        text: str,
+        *,
+        speaker: str | None = None,
+        voice: TurboVoice | None = None,
+        language: str = "auto",
+        instruct: str | None = None,
+        non_streaming_text: bool | None = None,
+    ) -> TurboPrompt:
+        """T3's input for ``text`` in ``voice`` (or the built-in voice).
+
+        Raises:
+            InvalidRequest: a named speaker, instruct, or a language other than English (the field).
+        """
+        if instruct:
+            raise InvalidRequest("Chatterbox Turbo does not take instructions", field="instruct")
+        if language.lower() not in LANGUAGES:
+            raise InvalidRequest(f"Chatterbox Turbo speaks English only, not {language!r}", field="language")
+        v = self._voice_for(speaker, voice)
+        ids = self.tokenizer.encode(punc_norm(text))
+        text_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        if self.prefix_cache_enabled:
+            prefix, hit = self._prefix(v)
+            return TurboPrompt(text_ids, v, prefix=prefix, prefix_hit=hit)
+        return TurboPrompt(text_ids, v, conditioning=self._conditioning(v))
+
+    def open_prompt(self, **_: Any) -> None:
+        """Turbo takes whole sentences (the engine feeds text that arrives in pieces sentence by sentence)."""
+        return None
+
+    def new_generator(self, prompt: TurboPrompt, sampling: SamplingParams, max_frames: int) -> TurboFrames:
+        return TurboFrames(self.t3, prompt, turbo_sampling(sampling), max_frames, sampling.seed)
+
+    def step_many(self, generators: Sequence[TurboFrames]) -> list[torch.Tensor | None]:
+        """One token for each generator (one after the other for now)."""
+        return [g.step() for g in generators]
+
+    def new_decoder(self, voice: TurboVoice | None = None, seed: int | None = None) -> TurboDecoder:
+        v = voice if isinstance(voice, TurboVoice) else self.builtin
+        if v is None:
+            raise InvalidRequest("no voice for this request", field="voice")
+        return TurboDecoder(self, v, seed)
+
+
+class TurboDecoder:
+    """The engine's streaming decoder: token chunks in, audio out (:class:`TurboAudioStream`)."""
+
+    def __init__(self, model: ChatterboxTurbo, voice: TurboVoice, seed: int | None) -> None:
+        dev, dtype = model.device, model.flow.input_embedding.weight.dtype
+        self.stream = TurboAudioStream(
+            model.flow,
+            model.hift,
+            voice.prompt_tokens.to(dev),
+            voice.prompt_mel.transpose(1, 2).to(dev, dtype),
+            voice.xvector.to(dev, dtype),
+            seed if seed is not None else random.getrandbits(62),
+            model.stream_settings,
+        )
+
+    def decode(self, codes: torch.Tensor) -> np.ndarray:
+        """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
+        return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < 6561])
+
+    def finish(self) -> np.ndarray:
+        """The rest of the utterance's audio."""
+        return self.stream.finish()

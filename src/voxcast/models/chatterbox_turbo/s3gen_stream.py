@@ -1,0 +1,220 @@
+"""S3Gen streamed: speech tokens in as T3 writes them, audio out, each sample once and never revised.
+
+The one-pass reference (the official ``S3Token2Wav.inference``) runs the flow over ``[prompt | all
+tokens + 3 x silence]`` and HiFT over the whole mel. Neither is causal: the flow's encoder sees 3
+tokens ahead and attends to every token, the estimator attends to every frame. So a chunk of tokens
+``[a, b)`` is run through the flow in a window: the voice's prompt, ``left`` tokens before ``a`` and
+``right`` tokens after ``b`` (the look-ahead), and only the chunk's frames are kept; they go to a
+:class:`~.hift_stream.HiFTStream`, which adds HiFT's own look-ahead and carries the source's phase.
+
+Noise is pinned, so the stream is a function of the tokens and the seed, not of the chunking: the
+prompt frames' noise per voice (:func:`prompt_noise`, fixed), each generated token's two frames drawn
+in order from the request's generator as the token arrives, HiFT's from a second generator. The same
+tokens and noise through :func:`one_pass` give the reference the stream is measured against
+(scripts/bench_chatterbox_turbo.py; docs/chatterbox-turbo.md has the figures).
+
+Chunks follow a ramp (``first``, then growing to ``chunk`` tokens), so the first audio comes after a
+few tokens and later flow calls, whose cost is mostly the prompt's, come less often. Each call costs
+the window's length (prompt + left + chunk + right), whatever the utterance's length.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
+from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
+from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
+
+__all__ = ["SILENCE", "StreamSettings", "TurboAudioStream", "one_pass", "prompt_noise", "trim_fade"]
+
+#: The silence token upstream appends three times after T3's last token.
+SILENCE = 4299
+TAIL = (SILENCE, SILENCE, SILENCE)
+#: Seed of the prompt frames' noise (the same for every voice of a given prompt length).
+PROMPT_NOISE_SEED = 0x5EED
+SAMPLES_PER_TOKEN = MELS_PER_TOKEN * SAMPLES_PER_FRAME  # 960 at 24 kHz
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Windows and chunk sizes, in speech tokens (40 ms each) unless named frames.
+
+    Attributes:
+        first: tokens in the first flow chunk.
+        chunk: tokens in later chunks (the ramp doubles from ``first`` up to this).
+        left / right: tokens of context before and look-ahead after a chunk in the flow's window.
+        hift_left / hift_right: mel frames of context for HiFT (:class:`HiFTStream`).
+        prompt_tokens: keep only the last this many tokens of the voice's S3Gen prompt (0: all). A
+            shorter prompt cuts the flow's cost almost proportionally; it changes the audio.
+    """
+
+    first: int = 8
+    chunk: int = 32
+    left: int = 16
+    right: int = 4
+    hift_left: int = 16
+    hift_right: int = 10
+    prompt_tokens: int = 0
+
+
+def trim_fade(samples: int = SAMPLES_PER_TOKEN) -> Tensor:
+    """Upstream's start of every utterance: 20 ms of silence, then a 20 ms raised-cosine fade-in."""
+    n = samples // 2
+    fade = torch.zeros(2 * n)
+    fade[n:] = (torch.cos(torch.linspace(torch.pi, 0, n)) + 1) / 2
+    return fade
+
+
+def prompt_noise(frames: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The pinned noise of a voice prompt's ``frames`` mel frames ``[1, 80, frames]``."""
+    g = torch.Generator(device="cpu").manual_seed(PROMPT_NOISE_SEED)
+    return torch.randn(1, MELS, frames, generator=g).to(device=device, dtype=dtype)
+
+
+def token_noise(generator: torch.Generator, tokens: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """``[1, 80, 2 * tokens]``: each token's two frames drawn in order (one draw per token)."""
+    draws = [torch.randn(1, MELS, MELS_PER_TOKEN, generator=generator) for _ in range(tokens)]
+    out = torch.cat(draws, dim=-1) if draws else torch.zeros(1, MELS, 0)
+    return out.to(device=device, dtype=dtype)
+
+
+def one_pass(
+    flow: S3GenFlow,
+    hift: HiFT,
+    prompt_tokens: Tensor,
+    prompt_mel: Tensor,
+    xvector: Tensor,
+    tokens: Tensor,
+    noise: Tensor,
+    hift_stream_noise: HiFTStream | None = None,
+) -> Tensor:
+    """The whole utterance at once: ``[samples]`` of ``tokens [1, N]`` (the tail included) with the
+    flow's ``noise [1, 80, 2 (P + N)]`` and HiFT's source noise from ``hift_stream_noise`` (a stream's
+    replayed noise) or fresh."""
+    with torch.inference_mode():
+        mel = flow(prompt_tokens, prompt_mel, xvector, tokens, noise)
+        mel = mel.to(hift.conv_pre.weight.dtype)
+        if hift_stream_noise is None:
+            audio = hift.inference(mel)[0]
+        else:
+            f0 = hift.f0(mel)
+            audio = hift.decode(mel, hift.source(f0, hift_stream_noise.noise))[0]
+        fade = trim_fade().to(audio)
+        audio[: len(fade)] *= fade[: len(audio)]
+        return audio
+
+
+class TurboAudioStream:
+    """One utterance's audio from its speech tokens (batch 1; driven from one thread).
+
+    Args:
+        flow / hift: the model's S3Gen parts.
+        prompt_tokens / prompt_mel / xvector: the voice's S3Gen conditionals (``[1, P]``, ``[1, 80, 2P]``,
+            ``[1, 192]``), on the model's device.
+        seed: the request's seed (the generated frames' flow noise and HiFT's noise derive from it).
+        settings: windows and chunk sizes.
+    """
+
+    def __init__(
+        self,
+        flow: S3GenFlow,
+        hift: HiFT,
+        prompt_tokens: Tensor,
+        prompt_mel: Tensor,
+        xvector: Tensor,
+        seed: int,
+        settings: StreamSettings | None = None,
+        prompt_z: Tensor | None = None,
+    ) -> None:
+        s = settings or StreamSettings()
+        self.flow, self.hift, self.settings = flow, hift, s
+        if s.prompt_tokens and prompt_tokens.shape[1] > s.prompt_tokens:
+            prompt_tokens = prompt_tokens[:, -s.prompt_tokens :]
+            prompt_mel = prompt_mel[..., -MELS_PER_TOKEN * s.prompt_tokens :]
+        self.prompt_tokens, self.prompt_mel, self.xvector = prompt_tokens, prompt_mel, xvector
+        weight = flow.input_embedding.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        frames = MELS_PER_TOKEN * prompt_tokens.shape[1]
+        self.prompt_z = prompt_z if prompt_z is not None else prompt_noise(frames, self.device, self.dtype)
+        self._flow_gen = torch.Generator(device="cpu").manual_seed(seed)
+        hift_gen = torch.Generator(device=hift.conv_pre.weight.device).manual_seed(seed + 1)
+        self.hift_stream = HiFTStream(hift, generator=hift_gen, left=s.hift_left, right=s.hift_right)
+        self.tokens: list[int] = []
+        self._noise = torch.zeros(1, MELS, 0, device=self.device, dtype=self.dtype)
+        self._done = 0  # tokens whose mel went to HiFT
+        self._chunk = s.first
+        self._samples = 0
+        self._fade = trim_fade()
+        self._finished = False
+        self.flow_calls: list[tuple[int, int, float]] = []  # (chunk tokens, window tokens, seconds)
+
+    @property
+    def noise(self) -> Tensor:
+        """The flow noise ``[1, 80, 2 (P + N)]`` of every token so far (for :func:`one_pass`)."""
+        return torch.cat((self.prompt_z, self._noise), dim=-1)
+
+    def push(self, tokens: list[int]) -> np.ndarray:
+        """Add speech tokens (ids < 6561); returns the audio now final (possibly empty)."""
+        if self._finished:
+            raise RuntimeError("the stream is finished")
+        self._add(tokens)
+        out = []
+        while len(self.tokens) - self._done >= self._chunk + self.settings.right:
+            out.append(self._flow_chunk(self._done + self._chunk, final=False))
+            self._chunk = min(self.settings.chunk, 2 * self._chunk)
+        return self._join(out)
+
+    def finish(self) -> np.ndarray:
+        """The rest of the audio: upstream's three silence tokens added, every remaining frame decoded."""
+        if self._finished:
+            return np.zeros(0, dtype=np.float32)
+        self._add(list(TAIL))
+        out = []
+        if len(self.tokens) > self._done:
+            out.append(self._flow_chunk(len(self.tokens), final=True))
+        self._finished = True
+        with torch.inference_mode():
+            out.append(self._fade_in(self.hift_stream.finish()))
+        return self._join(out)
+
+    def _add(self, tokens: list[int]) -> None:
+        self.tokens.extend(int(t) for t in tokens)
+        fresh = token_noise(self._flow_gen, len(tokens), self.device, self.dtype)
+        self._noise = torch.cat((self._noise, fresh), dim=-1)
+
+    def _flow_chunk(self, b: int, final: bool) -> np.ndarray:
+        s = self.settings
+        a = self._done
+        lo = max(0, a - s.left)
+        hi = len(self.tokens) if final else min(len(self.tokens), b + s.right)
+        window = torch.tensor([self.tokens[lo:hi]], device=self.device)
+        noise = torch.cat(
+            (self.prompt_z, self._noise[..., MELS_PER_TOKEN * lo : MELS_PER_TOKEN * hi]), dim=-1
+        )
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            mel = self.flow(self.prompt_tokens, self.prompt_mel, self.xvector, window, noise)
+            keep = mel[..., MELS_PER_TOKEN * (a - lo) : MELS_PER_TOKEN * (b - lo)]
+            audio = self.hift_stream.push(keep.to(self.hift.conv_pre.weight.dtype))
+        self.flow_calls.append((b - a, hi - lo, time.perf_counter() - t0))
+        self._done = b
+        return self._fade_in(audio)
+
+    def _fade_in(self, audio: Tensor) -> np.ndarray:
+        n = len(self._fade)
+        if self._samples < n and len(audio):
+            k = min(n - self._samples, len(audio))
+            audio = audio.clone()
+            audio[:k] *= self._fade[self._samples : self._samples + k].to(audio)
+        self._samples += len(audio)
+        return audio.float().cpu().numpy()
+
+    @staticmethod
+    def _join(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
