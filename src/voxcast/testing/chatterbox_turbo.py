@@ -112,3 +112,113 @@ def ve_state(seed: int = 0) -> dict[str, torch.Tensor]:
     state = {k: v.clone() for k, v in VoiceEncoder().state_dict().items()}
     state["similarity_weight"], state["similarity_bias"] = torch.tensor([10.0]), torch.tensor([-5.0])
     return state
+
+
+def campplus_state(seed: int = 0, prefix: str = "speaker_encoder.") -> dict[str, torch.Tensor]:
+    """A random CAMPPlus state (the ``speaker_encoder.`` tensors of ``s3gen_meanflow.safetensors``).
+
+    Convolutions get upstream's Kaiming-normal weights, batch norms random scales and shifts; their
+    running means and variances are those of one training-mode pass over eight varied clips
+    (speech-like sound at three levels, harmonic tones in noise), so each normalisation in eval mode is
+    plausible (non-trivial) and x-vectors of other audio stay within tens.
+    """
+    import numpy as np
+    from torch import nn
+
+    from voxcast.models.chatterbox_turbo.campplus import CAMPPlus, kaldi_fbank
+    from voxcast.testing.signals import speech_like
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.device("meta"):
+        model = CAMPPlus()
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Conv1d, nn.Conv2d)):
+                fan_in = module.weight[0].numel()
+                module.weight.copy_(torch.randn(module.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+                if module.bias is not None:
+                    module.bias.copy_(0.05 * torch.randn(module.bias.shape, generator=g))
+            elif isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                module.reset_running_stats()
+                module.momentum = None  # a cumulative average: one pass sets the batch's statistics
+                if module.affine:
+                    module.weight.copy_(1.0 + 0.1 * torch.randn(module.weight.shape, generator=g))
+                    module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=g))
+        rng = np.random.default_rng(seed)
+        t = np.arange(41600) / 16000  # speech_like's 2 s and its 0.3 s of silence each side
+        clips = [speech_like(2.0, 16000, seed=seed + i, level=(0.03, 0.1, 0.3)[i % 3]) for i in range(4)]
+        for f0 in rng.uniform(80.0, 400.0, size=4):
+            tones = sum(np.sin(2 * np.pi * f0 * h * t + rng.uniform(0, 6)) / h for h in range(1, 6))
+            clips.append(
+                (rng.uniform(0.02, 0.2) * tones + 0.02 * rng.standard_normal(t.size)).astype(np.float32)
+            )
+        feats = [kaldi_fbank(torch.from_numpy(clip)) for clip in clips]
+        model.train()(torch.stack([f - f.mean(dim=0, keepdim=True) for f in feats]))
+    return {prefix + k: v.clone() for k, v in model.state_dict().items()}
+
+
+#: S3 tokenizer sizes: (width, layers); heads of 64, 128 mels at every size.
+S3_TOKENIZER_SIZES = {"tiny": (128, 2), "full": (1280, 6)}
+
+
+def s3_tokenizer_state(
+    size: str = "tiny", seed: int = 0, prefix: str = "tokenizer."
+) -> dict[str, torch.Tensor]:
+    """A random S3 tokenizer state as ``s3gen_meanflow.safetensors`` holds it (``_mel_filters`` and
+    ``window`` included). PyTorch's initialisation; layer norms scattered around 1 and 0; the FSQ
+    projection scaled so that its 8 digits take all three values and the tokens vary frame to frame."""
+    from voxcast.models.chatterbox_turbo.s3_tokenizer import S3Tokenizer, S3TokenizerConfig
+
+    width, layers = S3_TOKENIZER_SIZES[size]
+    torch.manual_seed(seed)  # nn.Module initialisation draws from the global generator
+    model = S3Tokenizer(S3TokenizerConfig(width=width, layers=layers))
+    g = torch.Generator().manual_seed(seed)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for key, value in state.items():
+        if "_ln." in key:
+            centre = 1.0 if key.endswith("weight") else 0.0
+            state[key] = centre + 0.1 * torch.randn(value.shape, generator=g)
+    state["quantizer._codebook.project_down.weight"] = torch.randn(8, width, generator=g) * 1.5 / width**0.5
+    state["quantizer._codebook.project_down.bias"] = 0.1 * torch.randn(8, generator=g)
+    return {prefix + k: v for k, v in state.items()}
+
+
+#: S3Gen estimator widths per size: (channels, transformer blocks per U-Net block, mid blocks, heads).
+FLOW_SIZES = {"tiny": (32, 1, 2, 2), "full": (256, 4, 12, 8)}
+
+
+def flow_state(size: str = "tiny", seed: int = 0, prefix: str = "flow.") -> dict[str, torch.Tensor]:
+    """A random S3Gen flow state in the official layout (``flow.*`` of ``s3gen_meanflow.safetensors``).
+
+    The encoder's widths are fixed (512 wide, as upstream's), so "tiny" shrinks the estimator only:
+    32 channels, 1 transformer block per U-Net block, 2 mid blocks, 2 heads of 64 ("full": 256, 4, 12,
+    8). Weights normal with std 1/sqrt(fan in), biases 0.02 x normal, layer norms 1 and 0 plus
+    0.05 x normal, token embeddings standard normal, the meanflow time mixer [I | 0] (upstream's
+    initialisation) plus noise.
+    """
+    from torch import nn
+
+    from voxcast.models.chatterbox_turbo.s3gen_estimator import EstimatorConfig
+    from voxcast.models.chatterbox_turbo.s3gen_flow import S3GenFlow
+
+    channels, blocks, mid, heads = FLOW_SIZES[size]
+    with torch.device("meta"):
+        model = S3GenFlow(EstimatorConfig(channels=channels, blocks=blocks, mid_blocks=mid, heads=heads))
+    g = torch.Generator().manual_seed(seed)
+    out: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        for key, p in module.named_parameters(recurse=False):
+            noise = torch.randn(p.shape, generator=g)
+            if isinstance(module, nn.LayerNorm):
+                value = (1.0 if key == "weight" else 0.0) + 0.05 * noise
+            elif isinstance(module, nn.Embedding):
+                value = noise
+            elif key == "weight":  # Linear and Conv1d: [out, in, (k)]
+                value = noise * p.shape[1:].numel() ** -0.5
+                if name.endswith("time_embed_mixer"):
+                    value += torch.eye(*p.shape)
+            else:
+                value = 0.02 * noise
+            out[f"{prefix}{name}.{key}"] = value
+    return out

@@ -29,13 +29,13 @@ from safetensors import SafetensorError, safe_open
 from voxcast.errors import CheckpointError, InvalidRequest
 from voxcast.models.base import LoadOptions, SamplingParams, WarmupCase
 from voxcast.models.chatterbox_turbo.campplus import CAMPPlus
-from voxcast.models.chatterbox_turbo.frames import TurboFrames, TurboPrompt
+from voxcast.models.chatterbox_turbo.frames import MAX_TOKENS, TurboFrames, TurboPrompt
 from voxcast.models.chatterbox_turbo.gpt2 import KVCache
 from voxcast.models.chatterbox_turbo.hift import HiFT
 from voxcast.models.chatterbox_turbo.s3_tokenizer import S3Tokenizer
 from voxcast.models.chatterbox_turbo.s3gen_audio import mel_24k, resample_sinc
-from voxcast.models.chatterbox_turbo.s3gen_flow import S3GenFlow
-from voxcast.models.chatterbox_turbo.s3gen_stream import StreamSettings, TurboAudioStream
+from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
+from voxcast.models.chatterbox_turbo.s3gen_stream import TAIL, StreamSettings, TurboAudioStream, trim_fade
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
 from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
@@ -52,6 +52,8 @@ DEFAULT_VOICE = "default"
 #: Voices whose per-voice state (T3 prefix) is kept.
 VOICE_STATES = 32
 LANGUAGES = ("auto", "en", "english")
+#: Speech token ids below this are speech (6561 and 6562 are T3's start and stop).
+SPEECH_VOCAB = 6561
 
 
 def is_turbo_checkpoint(root: Path) -> bool:
@@ -313,6 +315,41 @@ class ChatterboxTurbo:
         """One token for each generator (one after the other for now)."""
         return [g.step() for g in generators]
 
+    @torch.inference_mode()
+    def render(
+        self,
+        text: str,
+        voice: TurboVoice | None = None,
+        *,
+        seed: int = 0,
+        sampling: TurboSampling | None = None,
+    ) -> np.ndarray:
+        """The whole utterance in one pass, as the official ``ChatterboxTurboTTS.generate`` computes it
+        after ``torch.manual_seed(seed)`` (watermark off): every random draw (T3's tokens, the flow's
+        noise, HiFT's source) from one generator in the official order. The reference the stream is
+        measured against, and what the parity test compares with the official package."""
+        v = self._voice_for(None, voice)
+        g = torch.Generator(device=self.device).manual_seed(seed)
+        ids = torch.tensor([self.tokenizer.encode(punc_norm(text))], dtype=torch.long, device=self.device)
+        tokens = self.t3.stream(
+            ids, conditioning=self._conditioning(v), sampling=sampling or TurboSampling(), generator=g,
+            max_tokens=MAX_TOKENS,
+        ).all()  # fmt: skip
+        tokens = [t for t in tokens if t < SPEECH_VOCAB] + list(TAIL)
+        dtype = self.flow.input_embedding.weight.dtype
+        n, p = len(tokens), v.prompt_tokens.shape[1]
+        noise = torch.randn(1, MELS, MELS_PER_TOKEN * n, generator=g, device=self.device, dtype=dtype)
+        z = torch.randn(1, MELS, MELS_PER_TOKEN * (p + n), generator=g, device=self.device, dtype=dtype)
+        z[..., MELS_PER_TOKEN * p :] = noise
+        mel = self.flow(
+            v.prompt_tokens.to(self.device), v.prompt_mel.transpose(1, 2).to(self.device, dtype),
+            v.xvector.to(self.device, dtype), torch.tensor([tokens], device=self.device), z,
+        )  # fmt: skip
+        audio = self.hift.inference(mel.to(self.hift.conv_pre.weight.dtype), generator=g)[0]
+        fade = trim_fade().to(audio)
+        audio[: len(fade)] *= fade
+        return audio.float().cpu().numpy()
+
     def new_decoder(self, voice: TurboVoice | None = None, seed: int | None = None) -> TurboDecoder:
         v = voice if isinstance(voice, TurboVoice) else self.builtin
         if v is None:
@@ -337,7 +374,7 @@ class TurboDecoder:
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:
         """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
-        return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < 6561])
+        return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < SPEECH_VOCAB])
 
     def finish(self) -> np.ndarray:
         """The rest of the utterance's audio."""

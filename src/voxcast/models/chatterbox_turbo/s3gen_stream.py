@@ -62,6 +62,9 @@ class StreamSettings:
     hift_right: int = 10
     prompt_tokens: int = 0
 
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(getattr(self, k)) for k in self.__dataclass_fields__}
+
 
 def trim_fade(samples: int = SAMPLES_PER_TOKEN) -> Tensor:
     """Upstream's start of every utterance: 20 ms of silence, then a 20 ms raised-cosine fade-in."""

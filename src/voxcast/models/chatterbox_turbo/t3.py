@@ -73,12 +73,14 @@ class T3(nn.Module):
         prefix: KVCache | None = None,
         sampling: TurboSampling | None = None,
         seed: int | None = None,
+        generator: torch.Generator | None = None,
         max_tokens: int = 1001,
     ) -> TokenStream:
         """Speech tokens for ``text_tokens [1, T]`` (no start/stop text tokens), one at a time.
 
         Give either the voice's ``conditioning`` (:meth:`conditioning`) or its computed ``prefix``
-        (:meth:`prefix`; cloned, so it can serve other requests): both give the same tokens.
+        (:meth:`prefix`; cloned, so it can serve other requests): both give the same tokens. The draws
+        come from ``generator``, else from a generator seeded with ``seed``, else PyTorch's global one.
         """
         if (conditioning is None) == (prefix is None):
             raise ValueError("give conditioning or prefix, not both")
@@ -89,8 +91,7 @@ class T3(nn.Module):
         else:
             assert conditioning is not None
             cache, embeds = KVCache(), torch.cat((conditioning.expand(tail.shape[0], -1, -1), tail), dim=1)
-        generator = None
-        if seed is not None:
+        if generator is None and seed is not None:
             generator = torch.Generator(device=text_tokens.device).manual_seed(seed)
         return TokenStream(self, cache, embeds, start, sampling or TurboSampling(), generator, max_tokens)
 

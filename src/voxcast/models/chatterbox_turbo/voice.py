@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,8 @@ class TurboVoice:
             )
         except (OSError, RuntimeError, KeyError, TypeError, AttributeError, InvalidVoicePrompt) as e:
             raise CheckpointError(f"{path}: not a Chatterbox Turbo conds.pt: {e}") from e
+        except pickle.UnpicklingError as e:  # weights_only refused something other than tensors
+            raise CheckpointError(f"{path}: holds more than tensors; refused: {e}") from e
 
 
 def normalize_loudness(wav: np.ndarray, sample_rate: int) -> np.ndarray:

@@ -1,0 +1,212 @@
+"""S3Gen + HiFT streaming strategies for Chatterbox Turbo on a random checkpoint, one run (issue 32,
+item 4): the same speech tokens (random ids, the 3 silence tokens upstream appends at the end) in the
+same voice, decoded
+
+(a) in independent chunks: each chunk's tokens through the flow alone (after the voice prompt) and
+    its mel through HiFT alone (the founding experiment), noise pinned as (c)'s;
+(b) by re-decoding everything so far at every flush (flow and HiFT over all tokens, fresh noise each
+    time, the prompt's included) and joining the new audio with a 12 ms crossfade (upstream PR #528);
+(c) by voxcast's :class:`TurboAudioStream` (a window of left context and look-ahead per flow chunk, a
+    seamless HiFT stream, noise pinned).
+
+Against the one-pass decode of all tokens with (c)'s noise: max abs difference, SNR, a boundary
+figure (mean |x[n] - x[n-1]| across chunk boundaries over the one-pass decode's at the same samples:
+1 = no seam), and the compute per chunk (first, median, last) and in total.
+
+    python scripts/bench_chatterbox_stream.py [--size full|tiny] [--seconds 20] [--chunk 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from bench_engine import machine_info  # noqa: E402
+
+from voxcast.models.base import LoadOptions  # noqa: E402
+from voxcast.models.chatterbox_turbo.hift import SourceNoise  # noqa: E402
+from voxcast.models.chatterbox_turbo.model import ChatterboxTurbo  # noqa: E402
+from voxcast.models.chatterbox_turbo.s3gen_stream import (  # noqa: E402
+    SAMPLES_PER_TOKEN,
+    TAIL,
+    StreamSettings,
+    TurboAudioStream,
+    one_pass,
+    trim_fade,
+)
+from voxcast.testing.chatterbox_turbo_layout import make_checkpoint  # noqa: E402
+
+CROSSFADE = int(0.012 * 24000)
+
+
+def metrics(streamed: np.ndarray, ref: np.ndarray, bounds: list[int], costs: list[float]) -> dict[str, Any]:
+    s, r = torch.from_numpy(streamed), torch.from_numpy(ref)
+    n = min(len(s), len(r))
+    err = s[:n] - r[:n]
+    at = torch.tensor([b - 1 for b in bounds if 0 < b < n])
+    jump = (s[1:n] - s[: n - 1]).abs()[at]
+    ref_jump = (r[1:n] - r[: n - 1]).abs()[at]
+    return {
+        "samples": [len(s), len(r)],
+        "max_abs_diff": float(err.abs().max()),
+        "snr_db": float(10 * torch.log10(r.pow(2).sum() / err.pow(2).sum().clamp_min(1e-30))),
+        "boundary_jump_ratio": float(jump.mean() / ref_jump.mean()) if len(at) else None,
+        "chunk_ms_first": costs[0] * 1000,
+        "chunk_ms_second": costs[1] * 1000 if len(costs) > 1 else None,
+        "chunk_ms_median": sorted(costs)[len(costs) // 2] * 1000,
+        "chunk_ms_last": costs[-1] * 1000,
+        "last_over_second": costs[-1] / costs[1] if len(costs) > 1 else None,
+        "chunk_ms": [round(c * 1000, 1) for c in costs],
+        "total_s": sum(costs),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="full", choices=["full", "tiny"])
+    ap.add_argument("--model", type=Path, help="a checkpoint folder (default: build a random one)")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--chunk", type=int, default=24, help="tokens per chunk for (a) and (b)")
+    ap.add_argument(
+        "--prompt-tokens", type=int, default=0, help="(c): keep the last N prompt tokens (0: all)"
+    )
+    ap.add_argument("--left", type=int, default=StreamSettings.left)
+    ap.add_argument("--right", type=int, default=StreamSettings.right)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-stream.json")
+    args = ap.parse_args()
+    torch.set_flush_denormal(True)  # random weights drive HiFT into denormals
+    folder = args.model or make_checkpoint(Path(tempfile.mkdtemp()) / "turbo", args.size)
+    model = ChatterboxTurbo.from_pretrained(folder, LoadOptions())
+    settings = StreamSettings(left=args.left, right=args.right, prompt_tokens=args.prompt_tokens)
+    voice = model.builtin
+    assert voice is not None
+    g = torch.Generator().manual_seed(1)
+    n = int(args.seconds * 25) - len(TAIL)
+    tokens = torch.randint(0, 6561, (n,), generator=g).tolist()
+    every = tokens + list(TAIL)
+    flow, hift = model.flow, model.hift
+    pt, pm, xv = voice.prompt_tokens, voice.prompt_mel.transpose(1, 2), voice.xvector
+
+    def stream(seed: int) -> TurboAudioStream:
+        return TurboAudioStream(flow, hift, pt, pm, xv, seed, settings)
+
+    warm = stream(0)  # first calls create the convolutions' primitives: not timed
+    warm.push(tokens[:40])
+    warm.finish()
+
+    # (c) ours: tokens pushed 4 at a time (as an engine's chunks would bring them)
+    s = stream(7)
+    parts, costs_c, bounds_c = [], [], []
+    for i in range(0, n, 4):
+        t0 = time.perf_counter()
+        out = s.push(tokens[i : i + 4])
+        if len(out):
+            costs_c.append(time.perf_counter() - t0)
+            parts.append(out)
+            bounds_c.append(sum(len(p) for p in parts))
+    t0 = time.perf_counter()
+    parts.append(s.finish())
+    costs_c.append(time.perf_counter() - t0)
+    ours = np.concatenate(parts)
+    t0 = time.perf_counter()
+    ref = one_pass(
+        flow, hift, s.prompt_tokens, s.prompt_mel, xv, torch.tensor([every]), s.noise, s.hift_stream
+    )
+    one_pass_s = time.perf_counter() - t0
+    ref_np = ref.numpy()
+    noise_z, hnoise = s.noise, s.hift_stream.noise
+    p_frames = 2 * s.prompt_tokens.shape[1]
+
+    # (a) independent chunks (pinned noise, phases restarted)
+    starts = list(range(0, len(every), args.chunk))
+    parts, costs_a = [], []
+    fade = trim_fade()
+    with torch.inference_mode():
+        for a in starts:
+            t0 = time.perf_counter()
+            b = min(len(every), a + args.chunk)
+            z = torch.cat(
+                (noise_z[..., :p_frames], noise_z[..., p_frames + 2 * a : p_frames + 2 * b]), dim=-1
+            )
+            mel = flow(s.prompt_tokens, s.prompt_mel, xv, torch.tensor([every[a:b]]), z)
+            sl = slice(a * SAMPLES_PER_TOKEN, b * SAMPLES_PER_TOKEN)
+            audio = hift.decode(
+                mel, hift.source(hift.f0(mel), SourceNoise(hnoise.phases, hnoise.noise[..., sl]))
+            )[0]
+            if a == 0:
+                audio[: len(fade)] *= fade
+            parts.append(audio.numpy())
+            costs_a.append(time.perf_counter() - t0)
+    independent = np.concatenate(parts)
+    bounds_ab = [a * SAMPLES_PER_TOKEN for a in starts[1:]]
+
+    # (b) re-decode everything at every flush, fresh noise each time, 12 ms crossfade
+    ramp = torch.linspace(0, 1, CROSSFADE)
+    out_b: list[np.ndarray] = []
+    held, sent, costs_b = None, 0, []
+    gb = torch.Generator().manual_seed(4)
+    with torch.inference_mode():
+        for k, a in enumerate(starts):
+            t0 = time.perf_counter()
+            b = min(len(every), a + args.chunk)
+            z = torch.randn(1, 80, p_frames + 2 * b, generator=gb)
+            mel = flow(s.prompt_tokens, s.prompt_mel, xv, torch.tensor([every[:b]]), z)
+            audio = hift.inference(mel, gb)[0]
+            audio[: len(fade)] *= fade
+            last = k == len(starts) - 1
+            end = b * SAMPLES_PER_TOKEN
+            new = audio[sent:] if last else audio[sent : end - CROSSFADE]
+            if held is not None:
+                new = new.clone()
+                new[:CROSSFADE] = held * (1 - ramp) + new[:CROSSFADE] * ramp
+            out_b.append(new.numpy())
+            sent += new.shape[0]
+            held = None if last else audio[end - CROSSFADE : end]
+            costs_b.append(time.perf_counter() - t0)
+    redecode = np.concatenate(out_b)
+
+    doc = {
+        "machine": machine_info(),
+        "config": {k: str(v) for k, v in vars(args).items()},
+        "settings": settings.as_dict(),
+        "tokens": len(every),
+        "prompt_tokens": int(s.prompt_tokens.shape[1]),
+        "one_pass_s": one_pass_s,
+        "a_independent": metrics(independent, ref_np, bounds_ab, costs_a),
+        "b_redecode_crossfade": metrics(redecode, ref_np, bounds_ab, costs_b),
+        "c_voxcast": metrics(ours, ref_np, bounds_c, costs_c),
+        "c_flow_calls": [{"chunk": c, "window": w, "ms": round(t * 1000, 1)} for c, w, t in s.flow_calls],
+    }
+    print(
+        f"{args.size} Turbo S3Gen+HiFT, {args.seconds:.0f} s ({len(every)} tokens, prompt {doc['prompt_tokens']}), "
+        f"(a)/(b) chunks of {args.chunk}; one pass {one_pass_s:.2f} s"
+    )
+    print("strategy                  max|diff|   SNR dB  boundary  chunk ms first/2nd/median/last  total s")
+    for name in ("a_independent", "b_redecode_crossfade", "c_voxcast"):
+        m = doc[name]
+        jump = m["boundary_jump_ratio"]
+        print(
+            f"{name:24s}  {m['max_abs_diff']:9.2e}  {m['snr_db']:7.1f}  {jump if jump is None else round(jump, 2)!s:>8}"
+            f"  {m['chunk_ms_first']:6.0f} / {m['chunk_ms_second'] or 0:6.0f} / {m['chunk_ms_median']:6.0f} / {m['chunk_ms_last']:6.0f}"
+            f"  {m['total_s']:7.2f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Chatterbox Turbo as a voxcast model, on the tiny random checkpoint in the official layout: loading
+and its errors, voices (build, store, conds.pt), prompts and the request fields Turbo refuses, the
+token generator, and the streamed audio against the one-pass decode of the same tokens and noise."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from voxcast.errors import CheckpointError, InvalidRequest, InvalidVoicePrompt
+from voxcast.models.base import LoadOptions, SamplingParams
+from voxcast.models.chatterbox_turbo.model import ChatterboxTurbo, turbo_sampling
+from voxcast.models.chatterbox_turbo.s3gen_stream import TAIL, StreamSettings, TurboAudioStream, one_pass
+from voxcast.models.chatterbox_turbo.voice import TurboVoice
+from voxcast.models.registry import family_of, load_model
+from voxcast.testing.signals import speech_like
+
+
+@pytest.fixture(scope="module")
+def model(turbo_model_dir: Path) -> ChatterboxTurbo:
+    m = load_model(str(turbo_model_dir), LoadOptions())
+    assert isinstance(m, ChatterboxTurbo)
+    return m
+
+
+@pytest.fixture(scope="module")
+def voice(model: ChatterboxTurbo) -> TurboVoice:
+    return model.make_voice(speech_like(6.5, 24000, seed=3), 24000, None, False)
+
+
+def test_family_is_read_from_the_layout(turbo_model_dir: Path) -> None:
+    assert not (turbo_model_dir / "config.json").exists()  # the official layout ships none
+    assert family_of(turbo_model_dir) == "chatterbox_turbo"
+
+
+@pytest.mark.parametrize("missing", ["s3gen_meanflow.safetensors", "ve.safetensors", "vocab.json"])
+def test_an_incomplete_checkpoint_names_the_file(turbo_model_dir: Path, tmp_path: Path, missing: str) -> None:
+    copy = shutil.copytree(turbo_model_dir, tmp_path / "m")
+    (copy / missing).unlink()
+    with pytest.raises(CheckpointError, match=missing.split(".")[0]):
+        load_model(str(copy), LoadOptions())
+
+
+def test_identity_is_stable_across_copies(
+    model: ChatterboxTurbo, turbo_model_dir: Path, tmp_path: Path
+) -> None:
+    copy = shutil.copytree(turbo_model_dir, tmp_path / "m")
+    assert ChatterboxTurbo.from_pretrained(copy).identity == model.identity
+    assert model.identity.startswith("chatterbox-turbo:")
+
+
+def test_builtin_voice_is_the_converted_conds(model: ChatterboxTurbo, turbo_model_dir: Path) -> None:
+    raw = torch.load(str(turbo_model_dir / "conds.pt"), weights_only=True)
+    v = model.builtin
+    assert v is not None and model.speakers == ("default",)
+    assert torch.equal(v.speaker, raw["t3"]["speaker_emb"])
+    assert torch.equal(v.t3_tokens, raw["t3"]["cond_prompt_speech_tokens"])
+    assert torch.equal(v.prompt_tokens, raw["gen"]["prompt_token"])
+    assert torch.equal(v.prompt_mel, raw["gen"]["prompt_feat"])
+    assert torch.equal(v.xvector, raw["gen"]["embedding"])
+
+
+class _Payload:  # not a tensor: weights_only loading must refuse it
+    pass
+
+
+def test_a_conds_file_with_code_objects_is_refused(tmp_path: Path) -> None:
+    torch.save({"t3": _Payload(), "gen": {}}, str(tmp_path / "conds.pt"))
+    with pytest.raises(CheckpointError, match="conds.pt"):
+        TurboVoice.from_conds(tmp_path / "conds.pt")
+
+
+def test_voice_from_reference(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    assert voice.speaker.shape == (1, 256) and voice.xvector.shape == (1, 192)
+    assert 0 < voice.t3_tokens.shape[1] <= 375
+    q = voice.prompt_tokens.shape[1]
+    # the whole 7.1 s clip (0.3 s of silence each side) is under S3Gen's 10 s: 25 tokens a second
+    assert voice.prompt_mel.shape == (1, 2 * q, 80) and q == 177
+    assert voice.model_identity == model.identity
+
+
+def test_voice_bytes_round_trip(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    data = voice.to_bytes()
+    assert data == voice.to_bytes()  # deterministic (content-addressed storage)
+    back = model.voice_from_bytes(data)
+    for name in ("speaker", "t3_tokens", "prompt_tokens", "prompt_mel", "xvector"):
+        assert torch.equal(getattr(back, name), getattr(voice, name)), name
+    with pytest.raises(InvalidVoicePrompt) as e:
+        TurboVoice.from_bytes(data, expected_identity="another-model")
+    assert e.value.field == "voice"
+    with pytest.raises(InvalidVoicePrompt):
+        model.voice_from_bytes(b"\x00" * 40)
+
+
+def test_short_reference_is_refused(model: ChatterboxTurbo) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        model.make_voice(speech_like(4.0, 24000, seed=1), 24000, None, False)
+    assert e.value.field == "ref_audio"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"speaker": "ryan"}, "voice"),
+        ({"instruct": "whisper"}, "instruct"),
+        ({"language": "chinese"}, "language"),
+    ],
+)
+def test_fields_turbo_cannot_honour(model: ChatterboxTurbo, fields: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        model.build_prompt("Hello.", **fields)  # type: ignore[arg-type]
+    assert e.value.field == field
+
+
+def test_paralinguistic_tags_are_single_tokens(model: ChatterboxTurbo) -> None:
+    ids = model.tokenizer.encode("Well [laugh] fine.")
+    laugh = model.tokenizer.encode("[laugh]")
+    assert len(laugh) == 1 and laugh[0] in ids
+
+
+def test_unset_sampling_fields_take_turbo_defaults() -> None:
+    s = turbo_sampling(SamplingParams(temperature=0.5))
+    assert (s.temperature, s.top_k, s.top_p, s.repetition_penalty) == (0.5, 1000, 0.95, 1.2)
+
+
+def _tokens(
+    model: ChatterboxTurbo, voice: TurboVoice | None, seed: int, text: str = "Hello there, friend."
+) -> list[int]:
+    prompt = model.build_prompt(text, voice=voice)
+    gen = model.new_generator(prompt, SamplingParams(seed=seed), 400)
+    gen.prefill()
+    out = []
+    while (t := model.step_many([gen])[0]) is not None:
+        out.append(int(t))
+    assert gen.finish_reason == "eos"
+    return out
+
+
+def test_the_prefix_cache_gives_the_same_tokens(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    with_cache = _tokens(model, voice, seed=5)
+    model.prefix_cache_enabled = False
+    try:
+        without = _tokens(model, voice, seed=5)
+    finally:
+        model.prefix_cache_enabled = True
+    assert with_cache == without and len(with_cache) > 3
+
+
+def _stream(
+    model: ChatterboxTurbo, voice: TurboVoice, seed: int, settings: StreamSettings | None = None
+) -> TurboAudioStream:
+    return TurboAudioStream(
+        model.flow,
+        model.hift,
+        voice.prompt_tokens,
+        voice.prompt_mel.transpose(1, 2),
+        voice.xvector,
+        seed,
+        settings,
+    )
+
+
+@pytest.mark.parametrize("step", [1, 7])
+def test_stream_equals_one_pass(model: ChatterboxTurbo, voice: TurboVoice, step: int) -> None:
+    tokens = torch.randint(0, 6561, (90,), generator=torch.Generator().manual_seed(2)).tolist()
+    s = _stream(model, voice, seed=11)
+    parts = [s.push(tokens[i : i + step]) for i in range(0, len(tokens), step)]
+    parts.append(s.finish())
+    streamed = np.concatenate(parts)
+    ref = one_pass(
+        model.flow, model.hift, s.prompt_tokens, s.prompt_mel, s.xvector,
+        torch.tensor([tokens + list(TAIL)]), s.noise, s.hift_stream,
+    ).numpy()  # fmt: skip
+    assert streamed.shape == ref.shape == ((len(tokens) + len(TAIL)) * 960,)
+    # windowed flow and HiFT: equal up to the windows' (measured, documented) error
+    assert np.abs(streamed - ref).max() < 1e-4
+    assert len([p for p in parts if len(p)]) >= 3  # it did stream
+
+
+def test_the_chunking_of_pushes_does_not_change_the_audio(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    tokens = torch.randint(0, 6561, (50,), generator=torch.Generator().manual_seed(4)).tolist()
+    outs = []
+    for step in (1, 5, 50):
+        s = _stream(model, voice, seed=3)
+        outs.append(np.concatenate([*(s.push(tokens[i : i + step]) for i in range(0, 50, step)), s.finish()]))
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+
+
+def test_first_audio_comes_after_the_first_chunk_and_its_look_ahead(
+    model: ChatterboxTurbo, voice: TurboVoice
+) -> None:
+    st = StreamSettings()
+    s = _stream(model, voice, seed=1, settings=st)
+    tokens = list(range(100, 100 + st.first + st.right))
+    assert len(s.push(tokens[:-1])) == 0
+    first = s.push(tokens[-1:])
+    held_frames = st.hift_right  # HiFT keeps its look-ahead of mel frames
+    assert len(first) == (2 * st.first - held_frames) * 480
+
+
+def test_render_is_seeded(model: ChatterboxTurbo) -> None:
+    a, b = model.render("Hi there.", seed=3), model.render("Hi there.", seed=3)
+    assert np.array_equal(a, b) and len(a) % 960 == 0
+    assert not np.array_equal(a, model.render("Hi there.", seed=4))
