@@ -59,3 +59,20 @@ def test_cli_parser_imports_no_torch() -> None:
     code = "import sys; from voxcast.serving.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_writes_a_chatterbox_turbo_checkpoint(tmp_path: Path) -> None:
+    from voxcast.models.base import LoadOptions
+    from voxcast.models.registry import load_model
+    from voxcast.testing.chatterbox_turbo import SIZES
+
+    assert set(cli_testmodel.TURBO_SIZES) == set(SIZES)
+    out = tmp_path / "turbo"
+    args = _parse(["make-test-model", "--kind", "chatterbox_turbo", "--out", str(out)])
+    assert args.func(args) == 0
+    model = load_model(str(out), LoadOptions())
+    assert model.model_type == "turbo" and model.speakers == ("default",)
+    args = _parse(
+        ["make-test-model", "--kind", "chatterbox_turbo", "--size", "0.6b", "--out", str(tmp_path / "x")]
+    )
+    assert args.func(args) == 2

@@ -1,8 +1,11 @@
-"""``voxcast make-test-model``: write a random-weight Qwen3-TTS checkpoint in the official layout.
+"""``voxcast make-test-model``: write a random-weight checkpoint in the official layout.
 
-For tests, demos and benchmarks without downloading weights: ``--size tiny`` (a few tens of MB,
-built in seconds) or the real shapes ``0.6b`` / ``1.7b`` (bf16, GBs). Every CLI option has an
-environment variable (``VOXCAST_TESTMODEL_KIND``, ``..._SIZE``, ``..._OUT``, ``..._SEED``).
+For tests, demos and benchmarks without downloading weights. Qwen3-TTS (``--kind base``,
+``custom_voice``, ``voice_design``): ``--size tiny`` (a few tens of MB, built in seconds) or the real
+shapes ``0.6b`` / ``1.7b`` (bf16, GBs). Chatterbox Turbo (``--kind chatterbox_turbo``): ``--size tiny``
+or ``full`` (the published sizes, ~3 GB), with a built-in voice (``conds.pt``) and a stop bias so that
+sampled speech ends. Every CLI option has an environment variable (``VOXCAST_TESTMODEL_KIND``,
+``..._SIZE``, ``..._OUT``, ``..._SEED``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ __all__ = ["KINDS", "SIZES", "add_parser", "add_parsers", "run"]
 # tests/integration/test_model_cli.py checks they equal voxcast.testing.qwen3_tts's.
 KINDS = ("base", "custom_voice", "voice_design")
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
+TURBO = "chatterbox_turbo"
+TURBO_SIZES = ("tiny", "full")
 
 
 def add_parser(sub: Any) -> None:
@@ -27,15 +32,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("make-test-model", help="write a random-weight checkpoint (official layout)")
     p.add_argument(
         "--kind",
-        choices=KINDS,
+        choices=(*KINDS, TURBO),
         default=env.get("VOXCAST_TESTMODEL_KIND", "custom_voice"),
         help="model type (env VOXCAST_TESTMODEL_KIND; default custom_voice)",
     )
     p.add_argument(
         "--size",
-        choices=SIZES,
+        choices=tuple(dict.fromkeys((*SIZES, *TURBO_SIZES))),
         default=env.get("VOXCAST_TESTMODEL_SIZE", "tiny"),
-        help="tiny, tiny-1.7b, 0.6b or 1.7b (env VOXCAST_TESTMODEL_SIZE; default tiny)",
+        help="Qwen3-TTS: tiny, tiny-1.7b, 0.6b or 1.7b; Chatterbox Turbo: tiny or full "
+        "(env VOXCAST_TESTMODEL_SIZE; default tiny)",
     )
     p.add_argument(
         "--out",
@@ -64,13 +70,30 @@ add_parsers = add_parser
 
 def run(args: argparse.Namespace) -> int:
     """Build the checkpoint; prints its path. Returns the exit code."""
-    from voxcast.testing.qwen3_tts import make_test_model
+    from pathlib import Path
 
     t0 = time.perf_counter()
     try:
-        out = make_test_model(args.out, args.kind, args.size, seed=args.seed, ends_speech=args.ends_speech)
+        if args.kind == TURBO:
+            out = _make_turbo(Path(args.out), args.size, args.seed)
+        else:
+            from voxcast.testing.qwen3_tts import make_test_model
+
+            out = make_test_model(
+                args.out, args.kind, args.size, seed=args.seed, ends_speech=args.ends_speech
+            )
     except ValueError as e:
         print(f"make-test-model: {e}", file=sys.stderr)
         return 2
     print(f"{out} ({args.size} {args.kind}, seed {args.seed}, {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def _make_turbo(out: Any, size: str, seed: int) -> Any:
+    if size not in TURBO_SIZES:
+        raise ValueError(f"--size {size} is not a Chatterbox Turbo size ({', '.join(TURBO_SIZES)})")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty folder")
+    from voxcast.testing.chatterbox_turbo_layout import make_checkpoint
+
+    return make_checkpoint(out, size, seed=seed)

@@ -1,0 +1,114 @@
+"""The engine serving Chatterbox Turbo (tiny random checkpoint, official layout): the same request
+schema, chunk protocol and timing as Qwen3-TTS; seeds, concurrency equal to one at a time,
+cancellation, voices from reference audio, refused fields."""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+from voxcast.errors import InvalidRequest
+from voxcast.testing.signals import speech_like
+
+
+@pytest.fixture(scope="module")
+def engine(turbo_model_dir: Path) -> Iterator[Engine]:
+    eng = Engine.load(EngineConfig(model=str(turbo_model_dir), device="cpu"))  # with warm-up
+    yield eng
+    eng.close()
+
+
+def _run(engine: Engine, **request: object) -> tuple[np.ndarray, list, object]:
+    stream = engine.synthesize({"text": "Hello there, how are you today?", **request})
+    chunks = list(stream)
+    return np.concatenate([c.pcm for c in chunks]), chunks, stream.timing
+
+
+def _wav_b64(seconds: float) -> str:
+    buf = io.BytesIO()
+    sf.write(buf, speech_like(seconds, 16000, seed=2), 16000, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_warmed_and_described(engine: Engine) -> None:
+    assert engine.model_type == "turbo" and engine.sample_rate == 24000
+    assert engine.speakers == ("default",)
+
+
+def test_builtin_voice_streams_in_chunks(engine: Engine) -> None:
+    audio, chunks, timing = _run(engine, seed=3)
+    assert timing.finish_reason == "eos" and len(chunks) >= 2
+    # every token's 960 samples plus the three silence tokens upstream appends
+    assert len(audio) == (timing.frames + 3) * 960
+    assert sum(c.frames for c in chunks) == timing.frames
+    assert [c.seq for c in chunks] == list(range(len(chunks)))
+    assert timing.ttfa_ms is not None and 0 < timing.ttfa_ms <= timing.total_ms
+    assert np.abs(audio).max() <= 0.99
+
+
+def test_seeds(engine: Engine) -> None:
+    a, _, _ = _run(engine, seed=7)
+    b, _, _ = _run(engine, seed=7)
+    c, _, _ = _run(engine, seed=8)
+    assert np.array_equal(a, b)
+    assert not (len(a) == len(c) and np.array_equal(a, c))
+
+
+def test_concurrent_streams_match_one_at_a_time(engine: Engine) -> None:
+    seeds = [21, 22, 23]
+    alone = {s: _run(engine, seed=s)[0] for s in seeds}
+    together: dict[int, np.ndarray] = {}
+
+    def worker(seed: int) -> None:
+        together[seed] = _run(engine, seed=seed)[0]
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for s in seeds:
+        assert np.array_equal(together[s], alone[s])
+
+
+def test_cancel_ends_the_stream_and_the_engine_keeps_serving(engine: Engine) -> None:
+    stream = engine.synthesize({"text": "A long text to read. " * 10, "seed": 1})
+    next(stream)
+    stream.cancel()
+    list(stream)
+    assert stream.timing.finish_reason == "cancelled"
+    assert _run(engine, seed=3)[2].finish_reason == "eos"
+
+
+def test_reference_audio_in_the_request(engine: Engine) -> None:
+    audio, _, timing = _run(engine, seed=2, ref_audio=_wav_b64(6.0))
+    assert len(audio) > 0 and timing.voice_ms > 0
+    with pytest.raises(InvalidRequest) as e:
+        _run(engine, seed=2, ref_audio=_wav_b64(3.0))
+    assert e.value.field == "ref_audio"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"voice": "ryan"}, "voice"), ({"instruct": "sadly"}, "instruct"), ({"language": "german"}, "language")],
+)
+def test_refused_fields_name_the_field(engine: Engine, fields: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        _run(engine, **fields)
+    assert e.value.field == field
+    assert _run(engine, seed=3)[2].finish_reason == "eos"
+
+
+def test_long_text_in_pieces_keeps_one_voice_stream(engine: Engine) -> None:
+    text = "This is the first sentence of a longer text. " * 6
+    audio, chunks, timing = _run(engine, text=text, seed=4, max_frames=60)
+    assert timing.frames <= 60 and len(audio) == (timing.frames + 3) * 960
