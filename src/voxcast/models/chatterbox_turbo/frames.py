@@ -16,10 +16,10 @@ from torch import Tensor
 
 from voxcast.models.chatterbox_turbo.gpt2 import KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
-from voxcast.models.chatterbox_turbo.t3 import T3, TokenStream
+from voxcast.models.chatterbox_turbo.t3 import T3, TokenStream, next_many
 from voxcast.models.chatterbox_turbo.voice import TurboVoice
 
-__all__ = ["MAX_TOKENS", "TurboFrames", "TurboPrompt"]
+__all__ = ["MAX_TOKENS", "TurboFrames", "TurboPrompt", "step_many"]
 
 #: Upstream's ``max_gen_len``.
 MAX_TOKENS = 1000
@@ -86,6 +86,15 @@ class TurboFrames:
         self.prefill()
         return True
 
+    @property
+    def batchable(self) -> bool:
+        """Its next step is one T3 position (it can share a batched step: :func:`step_many`)."""
+        s = self._stream
+        return (
+            s is not None and s.steady and self._first is None and self._finish is None
+            and self._frames < self.max_frames
+        )  # fmt: skip
+
     def step(self) -> Tensor | None:
         if self._finish is not None:
             return None
@@ -102,6 +111,10 @@ class TurboFrames:
         else:
             token = self._stream.next() if not self._stream.done else None
         self._t3_s += time.perf_counter() - t0
+        return self._emit(token)
+
+    def _emit(self, token: int | None) -> Tensor | None:
+        assert self._stream is not None
         if token is None:
             self._finish = "eos" if self._stream.tokens and self._stream_stopped() else "max_frames"
             return None
@@ -120,3 +133,24 @@ class TurboFrames:
         if p.prefix is None:
             return None
         return (p.prefix_hit, p.prefix.length)
+
+
+def step_many(t3: T3, generators: list[TurboFrames], batch: bool = True) -> list[Tensor | None]:
+    """One token for each generator: those in the middle of their speech share one batched T3 step
+    (``batch``), the others (a first token waiting, a limit reached) step alone."""
+    out: list[Tensor | None] = [None] * len(generators)
+    rows = [i for i, g in enumerate(generators) if g.batchable] if batch else []
+    if len(rows) > 1:
+        t0 = time.perf_counter()
+        streams = [generators[i]._stream for i in rows]
+        tokens = next_many(t3, [s for s in streams if s is not None])
+        share = (time.perf_counter() - t0) / len(rows)
+        for i, token in zip(rows, tokens, strict=True):
+            generators[i]._t3_s += share
+            out[i] = generators[i]._emit(token)
+    else:
+        rows = []
+    for i, g in enumerate(generators):
+        if i not in rows:
+            out[i] = g.step()
+    return out

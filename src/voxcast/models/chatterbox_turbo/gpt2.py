@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +71,19 @@ class Attention(nn.Module):
         self.c_attn = Conv1D(cfg.width, 3 * cfg.width)
         self.c_proj = Conv1D(cfg.width, cfg.width)
 
+    def forward_rows(self, x: Tensor, caches: list[KVCache], layer: int) -> Tensor:
+        """One new position for each of several streams ``x [B, 1, width]``, each with its own cache
+        (of any length): the projections run on all rows at once, the attention per stream."""
+        q, k, v = self.c_attn(x).split(self.width, dim=2)
+        shape = (x.shape[0], 1, -1, self.head_dim)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        outs = []
+        for i, cache in enumerate(caches):
+            ki, vi = cache.append(layer, k[i : i + 1], v[i : i + 1])
+            outs.append(F.scaled_dot_product_attention(q[i : i + 1], ki, vi))
+        out = torch.cat(outs).transpose(1, 2).contiguous()
+        return self.c_proj(out.reshape(x.shape[0], 1, -1).contiguous())
+
     def forward(self, x: Tensor, cache: KVCache, layer: int) -> Tensor:
         q, k, v = self.c_attn(x).split(self.width, dim=2)
         shape = (*x.shape[:-1], -1, self.head_dim)
@@ -108,6 +122,10 @@ class Block(nn.Module):
         x = self.attn(self.ln_1(x), cache, layer) + x
         return x + self.mlp(self.ln_2(x))
 
+    def forward_rows(self, x: Tensor, caches: list[KVCache], layer: int) -> Tensor:
+        x = self.attn.forward_rows(self.ln_1(x), caches, layer) + x
+        return x + self.mlp(self.ln_2(x))
+
 
 class GPT2(nn.Module):
     """GPT-2 without its token embedding (T3 feeds embeddings): ``wpe``, ``h.N``, ``ln_f``."""
@@ -126,4 +144,15 @@ class GPT2(nn.Module):
         x = embeds + self.wpe(positions)
         for i, block in enumerate(self.h):
             x = block(x, cache, i)
+        return self.ln_f(x)
+
+    def forward_rows(self, embeds: Tensor, caches: list[KVCache]) -> Tensor:
+        """Hidden states ``[B, 1, width]`` of one new position per stream (``embeds [B, 1, width]``),
+        stream ``i`` continuing ``caches[i]`` (extended). The weights are read once for all rows;
+        a row's values equal its one-stream step's up to float rounding (a multi-row matrix product
+        may sum in another order)."""
+        positions = torch.tensor([[c.length] for c in caches], device=embeds.device)
+        x = embeds + self.wpe(positions)
+        for i, block in enumerate(self.h):
+            x = cast(Block, block).forward_rows(x, caches, i)
         return self.ln_f(x)

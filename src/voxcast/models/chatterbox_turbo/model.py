@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from voxcast.errors import CheckpointError, InvalidRequest
 from voxcast.models.base import LoadOptions, SamplingParams, WarmupCase
 from voxcast.models.chatterbox_turbo.campplus import CAMPPlus
-from voxcast.models.chatterbox_turbo.frames import MAX_TOKENS, TurboFrames, TurboPrompt
+from voxcast.models.chatterbox_turbo.frames import MAX_TOKENS, TurboFrames, TurboPrompt, step_many
 from voxcast.models.chatterbox_turbo.gpt2 import KVCache
 from voxcast.models.chatterbox_turbo.hift import HiFT
 from voxcast.models.chatterbox_turbo.s3_tokenizer import S3Tokenizer
@@ -129,6 +129,8 @@ class ChatterboxTurbo:
         self.builtin = builtin
         self.stream_settings = stream_settings or StreamSettings()
         self.prefix_cache_enabled = prefix_cache
+        #: concurrent streams share T3's decode steps (weights read once per step for all of them)
+        self.batch_t3 = True
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
         self.load_s = 0.0
         self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
@@ -312,8 +314,9 @@ class ChatterboxTurbo:
         return TurboFrames(self.t3, prompt, turbo_sampling(sampling), max_frames, sampling.seed)
 
     def step_many(self, generators: Sequence[TurboFrames]) -> list[torch.Tensor | None]:
-        """One token for each generator (one after the other for now)."""
-        return [g.step() for g in generators]
+        """One token for each generator; streams in the middle of their speech share one batched T3
+        step (:attr:`batch_t3`)."""
+        return step_many(self.t3, list(generators), batch=self.batch_t3)
 
     @torch.inference_mode()
     def render(

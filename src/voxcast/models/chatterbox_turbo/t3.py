@@ -22,7 +22,7 @@ from voxcast.models.chatterbox_turbo.gpt2 import GPT2, KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling, sample
 from voxcast.models.chatterbox_turbo.state import check_state
 
-__all__ = ["T3", "T3_FILE", "TokenStream", "load_t3"]
+__all__ = ["T3", "T3_FILE", "TokenStream", "load_t3", "next_many"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,11 @@ class TokenStream:
         self.tokens: list[Tensor] = []
         self.done = False
 
+    @property
+    def steady(self) -> bool:
+        """Prefilled and not done: the next position is one token (it can join a batched step)."""
+        return not self.done and self._embeds is None
+
     @torch.inference_mode()
     def next(self) -> int | None:
         if self.done:
@@ -132,7 +137,9 @@ class TokenStream:
             embeds = self.t3.speech_emb(self.tokens[-1])
             previous = torch.cat(self.tokens, dim=1)
         hidden = self.t3.tfmr(embeds, self.cache)
-        logits = self.t3.logits(hidden[:, -1:])[:, -1, :]
+        return self._take(self.t3.logits(hidden[:, -1:])[:, -1, :], previous)
+
+    def _take(self, logits: Tensor, previous: Tensor) -> int | None:
         token = sample(logits, previous, self.sampling, self.generator)
         self.tokens.append(token)
         value = int(token[0, 0])
@@ -178,3 +185,16 @@ def load_t3(
     t3.eval().requires_grad_(False)
     log.info("loaded T3 from %s (%d layers, width %d)", path, cfg.layers, cfg.width)
     return t3
+
+
+@torch.inference_mode()
+def next_many(t3: T3, streams: list[TokenStream]) -> list[int | None]:
+    """The next token of each of several :attr:`~TokenStream.steady` streams in one batched step (its
+    own sampler and generator each): what ``[s.next() for s in streams]`` gives, up to the float
+    rounding of the batched products (:meth:`GPT2.forward_rows`)."""
+    if len(streams) == 1:
+        return [streams[0].next()]
+    embeds = t3.speech_emb(torch.cat([s.tokens[-1] for s in streams]))  # [B, 1, width]
+    hidden = t3.tfmr.forward_rows(embeds, [s.cache for s in streams])
+    logits = t3.logits(hidden[:, -1])
+    return [s._take(logits[i : i + 1], torch.cat(s.tokens, dim=1)) for i, s in enumerate(streams)]
