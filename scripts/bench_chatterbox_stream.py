@@ -47,6 +47,7 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (  # noqa: E402
     trim_fade,
 )
 from voxcast.testing.chatterbox_turbo_layout import make_checkpoint  # noqa: E402
+from voxcast.testing.signals import speech_like  # noqa: E402
 
 CROSSFADE = int(0.012 * 24000)
 
@@ -82,6 +83,12 @@ def main() -> int:
     ap.add_argument(
         "--prompt-tokens", type=int, default=0, help="(c): keep the last N prompt tokens (0: all)"
     )
+    ap.add_argument(
+        "--reference-seconds",
+        type=float,
+        default=10.0,
+        help="the voice's reference (S3Gen keeps 10 s: 250 prompt tokens)",
+    )
     ap.add_argument("--left", type=int, default=StreamSettings.left)
     ap.add_argument("--right", type=int, default=StreamSettings.right)
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-stream.json")
@@ -90,8 +97,7 @@ def main() -> int:
     folder = args.model or make_checkpoint(Path(tempfile.mkdtemp()) / "turbo", args.size)
     model = ChatterboxTurbo.from_pretrained(folder, LoadOptions())
     settings = StreamSettings(left=args.left, right=args.right, prompt_tokens=args.prompt_tokens)
-    voice = model.builtin
-    assert voice is not None
+    voice = model.make_voice(speech_like(args.reference_seconds, 24000, seed=9), 24000, None, False)
     g = torch.Generator().manual_seed(1)
     n = int(args.seconds * 25) - len(TAIL)
     tokens = torch.randint(0, 6561, (n,), generator=g).tolist()
