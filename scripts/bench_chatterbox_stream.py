@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,6 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (  # noqa: E402
     one_pass,
     trim_fade,
 )
-from voxcast.testing.chatterbox_turbo_layout import make_checkpoint  # noqa: E402
 from voxcast.testing.signals import speech_like  # noqa: E402
 
 CROSSFADE = int(0.012 * 24000)
@@ -91,10 +89,13 @@ def main() -> int:
     )
     ap.add_argument("--left", type=int, default=StreamSettings.left)
     ap.add_argument("--right", type=int, default=StreamSettings.right)
+    ap.add_argument("--sweep", help="only (c), for these left:right windows in tokens, e.g. 8:4,16:4,32:8")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-stream.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)  # random weights drive HiFT into denormals
-    folder = args.model or make_checkpoint(Path(tempfile.mkdtemp()) / "turbo", args.size)
+    from bench_chatterbox_turbo import build
+
+    folder = args.model or build(ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
     model = ChatterboxTurbo.from_pretrained(folder, LoadOptions())
     settings = StreamSettings(left=args.left, right=args.right, prompt_tokens=args.prompt_tokens)
     voice = model.make_voice(speech_like(args.reference_seconds, 24000, seed=9), 24000, None, False)
@@ -105,27 +106,29 @@ def main() -> int:
     flow, hift = model.flow, model.hift
     pt, pm, xv = voice.prompt_tokens, voice.prompt_mel.transpose(1, 2), voice.xvector
 
-    def stream(seed: int) -> TurboAudioStream:
-        return TurboAudioStream(flow, hift, pt, pm, xv, seed, settings)
-
-    warm = stream(0)  # first calls create the convolutions' primitives: not timed
+    warm = TurboAudioStream(
+        flow, hift, pt, pm, xv, 0, settings
+    )  # first calls create the convolutions' primitives: not timed
     warm.push(tokens[:40])
     warm.finish()
 
-    # (c) ours: tokens pushed 4 at a time (as an engine's chunks would bring them)
-    s = stream(7)
-    parts, costs_c, bounds_c = [], [], []
-    for i in range(0, n, 4):
+    def run_c(st: StreamSettings) -> tuple[TurboAudioStream, np.ndarray, list[float], list[int]]:
+        """(c) ours: tokens pushed 4 at a time (as an engine's chunks would bring them)."""
+        s = TurboAudioStream(flow, hift, pt, pm, xv, 7, st)
+        parts, costs, bounds = [], [], []
+        for i in range(0, n, 4):
+            t0 = time.perf_counter()
+            out = s.push(tokens[i : i + 4])
+            if len(out):
+                costs.append(time.perf_counter() - t0)
+                parts.append(out)
+                bounds.append(sum(len(p) for p in parts))
         t0 = time.perf_counter()
-        out = s.push(tokens[i : i + 4])
-        if len(out):
-            costs_c.append(time.perf_counter() - t0)
-            parts.append(out)
-            bounds_c.append(sum(len(p) for p in parts))
-    t0 = time.perf_counter()
-    parts.append(s.finish())
-    costs_c.append(time.perf_counter() - t0)
-    ours = np.concatenate(parts)
+        parts.append(s.finish())
+        costs.append(time.perf_counter() - t0)
+        return s, np.concatenate(parts), costs, bounds
+
+    s, ours, costs_c, bounds_c = run_c(settings)
     t0 = time.perf_counter()
     ref = one_pass(
         flow, hift, s.prompt_tokens, s.prompt_mel, xv, torch.tensor([every]), s.noise, s.hift_stream
@@ -134,6 +137,30 @@ def main() -> int:
     ref_np = ref.numpy()
     noise_z, hnoise = s.noise, s.hift_stream.noise
     p_frames = 2 * s.prompt_tokens.shape[1]
+    if args.sweep:  # (c) with other windows, against the same reference (same tokens and noise)
+        sweep = {}
+        for item in args.sweep.split(","):
+            left, right = (int(x) for x in item.split(":"))
+            st = StreamSettings(left=left, right=right, prompt_tokens=args.prompt_tokens)
+            _, audio, costs, bounds = run_c(st)
+            m = metrics(audio, ref_np, bounds, costs)
+            sweep[item] = {
+                k: m[k]
+                for k in ("max_abs_diff", "snr_db", "boundary_jump_ratio", "chunk_ms_median", "total_s")
+            }
+            print(
+                f"left {left:3d} right {right:2d}: max|diff| {m['max_abs_diff']:.2e}  SNR {m['snr_db']:6.1f} dB  "
+                f"boundary {m['boundary_jump_ratio']:.2f}  median chunk {m['chunk_ms_median']:.0f} ms"
+            )
+        doc = {
+            "machine": machine_info(),
+            "config": {k: str(v) for k, v in vars(args).items()},
+            "sweep": sweep,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.out}")
+        return 0
 
     # (a) independent chunks (pinned noise, phases restarted)
     starts = list(range(0, len(every), args.chunk))

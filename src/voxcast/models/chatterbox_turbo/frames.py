@@ -126,7 +126,8 @@ class TurboFrames:
         return int(self._stream.tokens[-1][0, 0]) == self.t3.cfg.stop_speech
 
     def stage_ms(self) -> dict[str, float]:
-        return {"t3_ms": self._t3_s * 1000}
+        """T3's time, reported as the timing record's ``talker_ms`` (the autoregressive model's)."""
+        return {"talker_ms": self._t3_s * 1000}
 
     def prefix_report(self) -> tuple[bool, int] | None:
         p = self.prompt

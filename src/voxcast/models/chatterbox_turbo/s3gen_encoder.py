@@ -12,6 +12,7 @@ window (measured in docs/chatterbox-turbo.md when the flow streams).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -28,8 +29,19 @@ LOOKAHEAD = 3
 def rel_positions(length: int, width: int = WIDTH) -> Tensor:
     """ESPnet's relative positional encoding for ``length`` positions: ``[1, 2 * length - 1, width]``,
     positions length - 1 ... -(length - 1), computed as the official table (5000 positions, grown on
-    demand) and sliced the same way."""
-    n = max(5000, length)
+    demand) and sliced the same way. The table is built once per size (about 30 ms on a CPU core)."""
+    table = _table(max(5000, length), width)
+    center = table.shape[1] // 2
+    return table[:, center - length + 1 : center + length]
+
+
+@functools.lru_cache(maxsize=2)
+def _table(n: int, width: int) -> Tensor:
+    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+        return _build_table(n, width)
+
+
+def _build_table(n: int, width: int) -> Tensor:
     positive, negative = torch.zeros(n, width), torch.zeros(n, width)
     position = torch.arange(0, n, dtype=torch.float32).unsqueeze(1)
     div = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * -(math.log(10000.0) / width))
@@ -37,9 +49,7 @@ def rel_positions(length: int, width: int = WIDTH) -> Tensor:
     positive[:, 1::2] = torch.cos(position * div)
     negative[:, 0::2] = torch.sin(-1 * position * div)
     negative[:, 1::2] = torch.cos(-1 * position * div)
-    table = torch.cat([torch.flip(positive, [0]).unsqueeze(0), negative[1:].unsqueeze(0)], dim=1)
-    center = table.shape[1] // 2
-    return table[:, center - length + 1 : center + length]
+    return torch.cat([torch.flip(positive, [0]).unsqueeze(0), negative[1:].unsqueeze(0)], dim=1)
 
 
 class InputLayer(nn.Module):
