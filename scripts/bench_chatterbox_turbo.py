@@ -68,6 +68,27 @@ def run_stream(engine: Engine, voice: Any, tokens: int, seed: int) -> dict[str, 
     }  # fmt: skip
 
 
+def decode_alone(model: Any, voice: Any, tokens: int) -> dict[str, Any]:
+    """S3Gen + HiFT streamed on their own (no T3 running beside them): per-chunk cost."""
+    ids = torch.randint(0, 6561, (tokens,), generator=torch.Generator().manual_seed(3)).tolist()
+    dec = model.new_decoder(voice, seed=1)
+    walls = []
+    for i in range(0, tokens, 4):
+        t0 = time.perf_counter()
+        if len(dec.decode(torch.tensor(ids[i : i + 4])[:, None])):
+            walls.append((time.perf_counter() - t0) * 1000)
+    t0 = time.perf_counter()
+    dec.finish()
+    walls.append((time.perf_counter() - t0) * 1000)
+    calls = dec.stream.flow_calls
+    return {
+        "chunk_ms": [round(w, 1) for w in walls],
+        "flow_and_hift_ms": [round(c[2] * 1000, 1) for c in calls],
+        "total_s": sum(walls) / 1000,
+        "audio_s": (tokens + 3) * 0.04,
+    }
+
+
 def official_run(folder: Path, size: str, voice: Any, tokens: int, seed: int) -> dict[str, Any]:
     """The official pipeline (generate's body with ``max_gen_len``) on the same weights and voice."""
     from safetensors.torch import load_file
@@ -108,7 +129,7 @@ def official_run(folder: Path, size: str, voice: Any, tokens: int, seed: int) ->
         t1 = time.perf_counter()
         speech = speech[speech < 6561]
         speech = torch.cat([speech, torch.tensor([4299, 4299, 4299])])
-        mel = tts.s3gen.flow_inference(speech, ref_dict=dict(gen), n_cfm_timesteps=2)
+        mel = tts.s3gen.flow_inference(speech, ref_dict=dict(gen), n_cfm_timesteps=2, finalize=True)
         t2 = time.perf_counter()
         wav, _ = tts.s3gen.hift_inference(mel, None)
         t3 = time.perf_counter()
@@ -129,6 +150,7 @@ def main() -> int:
     ap.add_argument("--no-official", action="store_true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--decode-thread", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-turbo.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
@@ -144,10 +166,11 @@ def main() -> int:
     voice = engine.create_voice(buf.getvalue(), None)
     voice_s = time.perf_counter() - t0
     run_stream(engine, voice, 16, seed=0)  # this voice's first use: not timed
+    decode_only = decode_alone(engine.model, voice, args.tokens)
     doc: dict[str, Any] = {
         "machine": machine_info(), "config": {k: str(v) for k, v in vars(args).items()},
         "ready_s": ready_s, "voice_build_s": voice_s, "prompt_tokens": int(voice.prompt_tokens.shape[1]),
-        "stream_settings": engine.model.stream_settings.as_dict(), "streams": {},
+        "stream_settings": engine.model.stream_settings.as_dict(), "decode_only": decode_only, "streams": {},
     }  # fmt: skip
     for n in map(int, args.streams.split(",")):
         results: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -191,6 +214,10 @@ def main() -> int:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
+    d = doc["decode_only"]
+    print(
+        f"S3Gen + HiFT alone: {d['total_s']:.2f} s for {d['audio_s']:.1f} s of audio; chunks {d['chunk_ms']} ms"
+    )
     print(f"wrote {args.out}")
     return 0
 

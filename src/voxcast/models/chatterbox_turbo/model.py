@@ -153,7 +153,8 @@ class ChatterboxTurbo:
         t3 = load_t3(folder, device=device, dtype=opts.dtype)
         s3gen = _read(folder / S3GEN_FILE)
         flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
-        hift = HiFT.from_tensors(s3gen).to(device=device, dtype=opts.codec_dtype)
+        # HiFT stays float32 whatever the codec dtype: its source (phase sums, STFT) and iSTFT need it
+        hift = HiFT.from_tensors(s3gen).to(device=device, dtype=torch.float32)
         campplus = CAMPPlus.from_tensors(s3gen).to(device)
         s3_tokenizer = S3Tokenizer.from_tensors(s3gen).to(device)
         del s3gen
