@@ -123,6 +123,9 @@ def test_a_long_stream_is_never_unloaded_under_it(tiny_model_dir: Factory) -> No
         assert frames == 400 and stream.timing.finish_reason == "max_frames"
         assert t_last - t_first > 1.0, "the stream must outlast the idle limit for this test to mean anything"
         assert not [p for t, p in phases if p == "unloaded" and t_first <= t <= t_last]
+        # and the idle clock starts when the stream ends, not when it started
+        wait_until(lambda: time.monotonic() > t_last + 0.5)
+        assert not [t for t, p in phases if p == "unloaded" and t < t_last + 0.9]
     finally:
         engine.close()
 

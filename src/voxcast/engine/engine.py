@@ -1099,6 +1099,7 @@ class Engine:
     def _deliver(self, act: Active, pcm: np.ndarray, frames: int, t1: float) -> None:
         """Put a decoded chunk on the stream. A decoder with look-ahead may have no audio final yet:
         its frames are counted with the next chunk that has some."""
+        self._last_active = time.monotonic()  # activity counts every chunk (idle unload)
         if not len(pcm):
             act.unsent_frames += frames
             return
@@ -1117,6 +1118,7 @@ class Engine:
         self._decode.run(lambda: self._complete(act, reason), act.fail)
 
     def _complete(self, act: Active, reason: str | None) -> None:
+        self._last_active = time.monotonic()  # the idle clock starts when the last stream ends
         if act.failed:
             return
         finish = getattr(act.decoder, "finish", None)
