@@ -70,7 +70,7 @@ class _Payload:  # not a tensor: weights_only loading must refuse it
 
 def test_a_conds_file_with_code_objects_is_refused(tmp_path: Path) -> None:
     torch.save({"t3": _Payload(), "gen": {}}, str(tmp_path / "conds.pt"))
-    with pytest.raises(CheckpointError, match="conds.pt"):
+    with pytest.raises(CheckpointError, match=r"conds\.pt"):
         TurboVoice.from_conds(tmp_path / "conds.pt")
 
 
@@ -206,3 +206,29 @@ def test_render_is_seeded(model: ChatterboxTurbo) -> None:
     a, b = model.render("Hi there.", seed=3), model.render("Hi there.", seed=3)
     assert np.array_equal(a, b) and len(a) % 960 == 0
     assert not np.array_equal(a, model.render("Hi there.", seed=4))
+
+
+def test_stream_settings_from_the_environment() -> None:
+    s = StreamSettings.from_env({"VOXCAST_TURBO_FIRST_TOKENS": "4", "VOXCAST_TURBO_PROMPT_TOKENS": "50"})
+    assert (s.first, s.chunk, s.prompt_tokens, s.left, s.right) == (4, 32, 50, 16, 4)
+    assert StreamSettings.from_env({}) == StreamSettings()
+    for bad in ({"VOXCAST_TURBO_FIRST_TOKENS": "0"}, {"VOXCAST_TURBO_CHUNK_TOKENS": "x"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            StreamSettings.from_env(bad)
+
+
+def test_a_short_s3gen_prompt_streams(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    s = _stream(model, voice, seed=2, settings=StreamSettings(prompt_tokens=20))
+    assert s.prompt_tokens.shape[1] == 20 and s.prompt_mel.shape[-1] == 40
+    tokens = list(range(200, 240))
+    audio = np.concatenate([s.push(tokens), s.finish()])
+    assert len(audio) == (len(tokens) + len(TAIL)) * 960 and np.isfinite(audio).all()
+
+
+def test_bfloat16(turbo_model_dir: Path) -> None:
+    m = ChatterboxTurbo.from_pretrained(
+        turbo_model_dir, LoadOptions(dtype=torch.bfloat16, codec_dtype=torch.bfloat16)
+    )
+    assert m.t3.speech_head.weight.dtype == torch.bfloat16 and m.hift.conv_pre.weight.dtype == torch.float32
+    audio = m.render("Hello there.", seed=1)
+    assert np.isfinite(audio).all() and len(audio) % 960 == 0

@@ -1072,6 +1072,10 @@ class Engine:
 
         A stream's first chunk is decoded here, on the scheduler thread, at once and with the cores
         to itself, because time to first audio matters most; later chunks overlap the next frames.
+        "First" means: until the stream's first audio is out. A decoder with look-ahead (Chatterbox
+        Turbo's) gives no audio for its first few chunks; they all run here, so the one that brings
+        the first audio does not share the cores with the next frames either (and, every earlier
+        chunk of the stream having run here, the stream's chunks stay in order).
         That stalls other streams by one one-frame decode when a stream starts (they already wait
         for its prefill). Measured on a tiny talker with the full-size codec (5 runs, medians): TTFA
         392 ms with the first chunk on the decode thread, 354 ms here, 336 ms with no decode thread.
@@ -1081,7 +1085,7 @@ class Engine:
             act.codes.append(codes)
         act.pending = []
         act.target = next_chunk_frames(act, self.config.chunk_frames, self.config.chunk_ramp)
-        if act.frames == codes.shape[0]:  # the first chunk
+        if act.seq == 0:  # no audio out yet (seq grows only when a chunk with audio is delivered)
             self._decode_chunk(act, codes)
         else:
             self._decode.run(lambda: self._decode_chunk(act, codes), act.fail)

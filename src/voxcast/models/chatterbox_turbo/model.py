@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 import threading
 import time
@@ -167,7 +168,7 @@ class ChatterboxTurbo:
         model = cls(
             t3=t3, flow=flow, hift=hift, ve=ve, campplus=campplus, s3_tokenizer=s3_tokenizer,
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
-            prefix_cache=opts.prefix_cache,
+            prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_env(os.environ),
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)

@@ -21,12 +21,14 @@ the window's length (prompt + left + chunk + right), whatever the utterance's le
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from voxcast.envvars import env_int
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
@@ -64,6 +66,24 @@ class StreamSettings:
 
     def as_dict(self) -> dict[str, int]:
         return {k: int(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StreamSettings:
+        """``VOXCAST_TURBO_FIRST_TOKENS``, ``_CHUNK_TOKENS``, ``_LEFT_TOKENS``, ``_RIGHT_TOKENS``,
+        ``_PROMPT_TOKENS`` (unset: the defaults).
+
+        Raises:
+            ValueError: a malformed or out-of-range value, naming the variable.
+        """
+        d = cls()
+        first = env_int(env, "VOXCAST_TURBO_FIRST_TOKENS", d.first, lo=1, hi=500)
+        return cls(
+            first=first,
+            chunk=env_int(env, "VOXCAST_TURBO_CHUNK_TOKENS", max(d.chunk, first), lo=first, hi=1000),
+            left=env_int(env, "VOXCAST_TURBO_LEFT_TOKENS", d.left, lo=0, hi=1000),
+            right=env_int(env, "VOXCAST_TURBO_RIGHT_TOKENS", d.right, lo=0, hi=100),
+            prompt_tokens=env_int(env, "VOXCAST_TURBO_PROMPT_TOKENS", d.prompt_tokens, lo=0, hi=1000),
+        )
 
 
 def trim_fade(samples: int = SAMPLES_PER_TOKEN) -> Tensor:
