@@ -42,6 +42,8 @@ def _wav_b64(seconds: float) -> str:
 def test_warmed_and_described(engine: Engine) -> None:
     assert engine.model_type == "turbo" and engine.sample_rate == 24000
     assert engine.speakers == ("default",)
+    # decode_thread=auto takes the model's choice on a CPU (a calibration run is shorter than the first chunk)
+    assert engine.decode_calibration == {"decode_thread": True, "model_hint": True} and engine.decode_threaded
 
 
 def test_builtin_voice_streams_in_chunks(engine: Engine) -> None:

@@ -560,6 +560,12 @@ class Engine:
         these settings (:mod:`voxcast.engine.calibration_cache`), else measure it and remember it."""
         from voxcast.engine import calibration_cache
 
+        hint = getattr(self.model, "decode_thread_hint", None)
+        if hint is not None:  # the model knows (e.g. its first audio needs more frames than a calibration run has)
+            self._use_decode_thread(bool(hint))
+            self.decode_calibration = {"decode_thread": bool(hint), "model_hint": True}
+            log.info("decode thread %s: the model's choice", "on" if hint else "off")
+            return
         key = calibration_cache.calibration_key(self.identity, self.options, self.config.max_active)
         cached = calibration_cache.load(key)
         if cached is not None:

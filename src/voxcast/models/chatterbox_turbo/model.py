@@ -137,6 +137,10 @@ class ChatterboxTurbo:
         self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
         self._lock = threading.Lock()
         self.prefix_hits = self.prefix_misses = 0
+        #: ``decode_thread=auto`` without measuring, on a CPU: a warm-up run is too short to reach the
+        #: stream's first flow chunk, and overlapping S3Gen with T3 measured 28.5 s against 37 s for a
+        #: 10 s utterance (full size, 2 cores; docs/chatterbox-turbo.md). Elsewhere: measured.
+        self.decode_thread_hint: bool | None = True if device.type == "cpu" else None
 
     @classmethod
     def from_pretrained(cls, root: str | Path, options: LoadOptions | None = None) -> ChatterboxTurbo:
