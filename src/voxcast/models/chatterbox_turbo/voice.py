@@ -157,6 +157,18 @@ def normalize_loudness(wav: np.ndarray, sample_rate: int) -> np.ndarray:
     return wav * gain if math.isfinite(gain) and gain > 0.0 else wav
 
 
+def resample_16k(wav: np.ndarray) -> np.ndarray:
+    """24 -> 16 kHz as ``librosa.resample(res_type="soxr_hq")`` (upstream's T3 side): soxr HQ, then the
+    length fixed to ``ceil(n * 16000 / 24000)`` (cut or zero-padded)."""
+    n_out = math.ceil(wav.shape[-1] * (float(TOKEN_RATE) / REF_RATE))
+    out = soxr.resample(wav, REF_RATE, TOKEN_RATE, quality="HQ")
+    if out.shape[0] > n_out:
+        out = out[:n_out]
+    elif out.shape[0] < n_out:
+        out = np.pad(out, (0, n_out - out.shape[0]))
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
 def build_voice(
     wav_24k: np.ndarray,
     *,
@@ -186,7 +198,7 @@ def build_voice(
             field="ref_audio",
         )
     wav = normalize_loudness(wav, REF_RATE).astype(np.float32, copy=False)
-    ref_16k = soxr.resample(wav, REF_RATE, TOKEN_RATE, quality="HQ")
+    ref_16k = resample_16k(wav)
     gen_24k = torch.from_numpy(np.ascontiguousarray(wav[: S3GEN_PROMPT_S * REF_RATE]))[None].float()
     prompt_mel = mel(gen_24k).transpose(1, 2)
     gen_16k = resample(gen_24k, REF_RATE, TOKEN_RATE)
