@@ -560,8 +560,9 @@ class Engine:
         these settings (:mod:`voxcast.engine.calibration_cache`), else measure it and remember it."""
         from voxcast.engine import calibration_cache
 
+        # the model may know better (e.g. its first audio needs more frames than a calibration run has)
         hint = getattr(self.model, "decode_thread_hint", None)
-        if hint is not None:  # the model knows (e.g. its first audio needs more frames than a calibration run has)
+        if hint is not None:
             self._use_decode_thread(bool(hint))
             self.decode_calibration = {"decode_thread": bool(hint), "model_hint": True}
             log.info("decode thread %s: the model's choice", "on" if hint else "off")
