@@ -49,6 +49,11 @@ def max_frames_for_text(text: str, cap: int = DEFAULT_MAX_FRAMES_CAP) -> int:
     return max(2, min(cap, MIN_FRAMES + math.ceil(FRAMES_PER_CHAR * n)))
 
 
+def _env_opt_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    """An integer in [lo, hi], or None when unset (the model's default)."""
+    return env_int(env, name, 0, lo=lo, hi=hi) if env_str(env, name) else None
+
+
 def _on_off_auto(env: Mapping[str, str], name: str, default: str) -> str:
     """ "on", "off" or "auto"; any boolean spelling env_bool accepts means on or off."""
     raw = (env_str(env, name) or default).lower()
@@ -159,6 +164,18 @@ class EngineConfig:
     text_wait_s: float = 30.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
+    turbo_first_tokens: int | None = None
+    turbo_chunk_tokens: int | None = None
+    turbo_left_tokens: int | None = None
+    turbo_right_tokens: int | None = None
+    turbo_prompt_tokens: int | None = None
+
+    def model_settings(self) -> tuple[tuple[str, int], ...]:
+        """The family-specific settings given (Chatterbox Turbo's ``turbo_*``; unset: the model's
+        defaults), as the model loader receives them (``LoadOptions.settings``)."""
+        names = ("turbo_first_tokens", "turbo_chunk_tokens", "turbo_left_tokens", "turbo_right_tokens",
+                 "turbo_prompt_tokens")  # fmt: skip
+        return tuple((n, int(v)) for n in names if (v := getattr(self, n)) is not None)
 
     def __post_init__(self) -> None:
         if self.dtype not in {"auto", "float32", "bfloat16"}:
@@ -222,6 +239,11 @@ class EngineConfig:
             text_wait_s=env_float(env, "VOXCAST_TEXT_WAIT_S", d.text_wait_s, lo=0.1),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
+            turbo_first_tokens=_env_opt_int(env, "VOXCAST_TURBO_FIRST_TOKENS", 1, 500),
+            turbo_chunk_tokens=_env_opt_int(env, "VOXCAST_TURBO_CHUNK_TOKENS", 1, 1000),
+            turbo_left_tokens=_env_opt_int(env, "VOXCAST_TURBO_LEFT_TOKENS", 0, 1000),
+            turbo_right_tokens=_env_opt_int(env, "VOXCAST_TURBO_RIGHT_TOKENS", 0, 100),
+            turbo_prompt_tokens=_env_opt_int(env, "VOXCAST_TURBO_PROMPT_TOKENS", 0, 1000),
         )
 
     def resolved_compile(self) -> bool:

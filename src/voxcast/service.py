@@ -444,7 +444,12 @@ class Service:
         voice, voice_key, voice_id = self._resolve_voice(req, timing)
         key = None
         if s.feed is None and req.cache and self.cache.cacheable(req):
-            key = self.cache.key_for(req, model_identity=self.engine.identity, voice=voice_key or None)
+            key = self.cache.key_for(
+                req,
+                model_identity=self.engine.identity,
+                voice=voice_key or None,
+                extra=self.engine.render_settings or None,
+            )
             hit = self._cache_open(key, timing)
             if hit is not None:
                 yield from self._from_cache(s, key, hit, timing, t0, voice_id)

@@ -116,3 +116,31 @@ def test_long_text_in_pieces_is_one_audio_stream(engine: Engine) -> None:
     assert timing.pieces >= 2 and timing.frames > 0
     # one decoder across the pieces: the silence tail once, at the very end
     assert len(audio) == (timing.frames + 3) * 960
+
+
+def test_text_arriving_in_sentences_sends_each_sentence_whole(engine: Engine) -> None:
+    """Turbo takes whole sentences; while the next one has not arrived, the decoder's held-back audio
+    (look-ahead) is flushed, so the listener hears the whole sentence spoken so far."""
+    import time
+
+    stream = engine.open({"text": "Hello there, my friend. How", "seed": 1})
+    got: list = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the first sentence's audio, without waiting for the rest
+        got.append(next(stream))
+        frames = sum(c.frames for c in got)
+        if frames and sum(len(c.pcm) for c in got) == frames * 960:
+            break
+    assert sum(c.frames for c in got) > 0 and sum(len(c.pcm) for c in got) == sum(c.frames for c in got) * 960
+    stream.push(" are you?")
+    stream.close_text()
+    got.extend(stream)
+    assert stream.timing.finish_reason == "eos"
+    assert sum(len(c.pcm) for c in got) == (stream.timing.frames + 3) * 960
+
+
+def test_derived_frame_limit_counts_turbo_frames(engine: Engine) -> None:
+    from voxcast.config import max_frames_for_text
+
+    # the runaway guard is written for 12.5 frames a second: Turbo's tokens are 25 a second
+    assert engine._frame_limit("Hi there.") == 2 * max_frames_for_text("Hi there.")

@@ -209,12 +209,16 @@ def test_render_is_seeded(model: ChatterboxTurbo) -> None:
 
 
 def test_stream_settings_from_the_environment() -> None:
-    s = StreamSettings.from_env({"VOXCAST_TURBO_FIRST_TOKENS": "4", "VOXCAST_TURBO_PROMPT_TOKENS": "50"})
+    from voxcast.config import EngineConfig
+
+    env = {"VOXCAST_TURBO_FIRST_TOKENS": "4", "VOXCAST_TURBO_PROMPT_TOKENS": "50"}
+    opts = LoadOptions(settings=EngineConfig.from_env(env).model_settings())
+    s = StreamSettings.from_options(opts)
     assert (s.first, s.chunk, s.prompt_tokens, s.left, s.right) == (4, 32, 50, 16, 4)
-    assert StreamSettings.from_env({}) == StreamSettings()
+    assert StreamSettings.from_options(LoadOptions()) == StreamSettings()
     for bad in ({"VOXCAST_TURBO_FIRST_TOKENS": "0"}, {"VOXCAST_TURBO_CHUNK_TOKENS": "x"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            StreamSettings.from_env(bad)
+            EngineConfig.from_env(bad)
 
 
 def test_a_short_s3gen_prompt_streams(model: ChatterboxTurbo, voice: TurboVoice) -> None:
@@ -232,3 +236,25 @@ def test_bfloat16(turbo_model_dir: Path) -> None:
     assert m.t3.speech_head.weight.dtype == torch.bfloat16 and m.hift.conv_pre.weight.dtype == torch.float32
     audio = m.render("Hello there.", seed=1)
     assert np.isfinite(audio).all() and len(audio) % 960 == 0
+
+
+def test_stored_voice_contents_are_checked(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    from safetensors.torch import save
+
+    bad_meta = save({"x": torch.zeros(1)}, metadata={"voxcast-chatterbox-turbo-voice": "[1, 2]"})
+    with pytest.raises(InvalidVoicePrompt):
+        model.voice_from_bytes(bad_meta)
+    with pytest.raises(InvalidVoicePrompt, match="t3_tokens"):
+        TurboVoice(
+            voice.speaker, voice.t3_tokens + 7000, voice.prompt_tokens, voice.prompt_mel, voice.xvector
+        )
+    with pytest.raises(InvalidVoicePrompt, match="speaker"):
+        TurboVoice(
+            voice.speaker[:, :10], voice.t3_tokens, voice.prompt_tokens, voice.prompt_mel, voice.xvector
+        )
+
+
+def test_text_longer_than_t3_positions_is_refused(model: ChatterboxTurbo) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        model.build_prompt("word " * 9000)
+    assert e.value.field == "text"

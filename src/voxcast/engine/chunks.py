@@ -17,7 +17,8 @@ class AudioChunk:
         seq: 0-based chunk number within the stream.
         pcm: mono float32 samples in [-1, 1] at ``sample_rate`` (native rate; adapters resample).
         sample_rate: samples per second of ``pcm``.
-        frames: codec frames in this chunk (80 ms each at 12.5 Hz).
+        frames: model frames this chunk's audio came from (Qwen3-TTS: codec frames of 80 ms;
+            Chatterbox Turbo: speech tokens of 40 ms, counted in the chunk that brings their audio).
         t_emit: ``time.perf_counter()`` when the chunk was ready.
     """
 

@@ -134,6 +134,8 @@ class Engine:
             int(model.sample_rate),
             tuple(model.speakers),
             bool(model.clones_voices),
+            int(model.samples_per_frame),
+            dict(getattr(model, "render_settings", dict)()),
         )
         #: Idle unload (``config.idle_unload_s``): the lock under which the model is (re)loaded and
         #: released, the calls using it off the scheduler thread, the last activity, and hooks.
@@ -197,6 +199,7 @@ class Engine:
             kernels=tuple(
                 (name, _CHOICE[getattr(config, name)]) for name in ("int8_kernel", "fused_ops", "f32_rows")
             ),
+            settings=config.model_settings(),
         )
         # see voxcast.engine.threads: no lasting OpenMP team on this thread
         model = on_fresh_thread(lambda: load_model(config.model, options))
@@ -223,6 +226,12 @@ class Engine:
     @property
     def sample_rate(self) -> int:
         return self._info[2]
+
+    @property
+    def render_settings(self) -> dict[str, Any]:
+        """What else than the checkpoint changes the model's output (part of the audio cache key;
+        empty for Qwen3-TTS; Chatterbox Turbo: its stream settings and built-in voice)."""
+        return dict(self._info[6])
 
     @property
     def speakers(self) -> tuple[str, ...]:
@@ -829,7 +838,7 @@ class Engine:
             return stream.request.max_frames
         if feed is None or not feed.closed:
             return self.config.max_frames_cap
-        return max_frames_for_text(normalize_text(feed.snapshot()[0]), self.config.max_frames_cap)
+        return self._frame_limit(normalize_text(feed.snapshot()[0]))
 
     def _started(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> Active:
         """The admitted stream of an open prompt whose prefill is decided (prefilled between frames);
@@ -865,6 +874,28 @@ class Engine:
             act.waits += 1
             if act.text_wait and act.pending:
                 self._emit(act)
+            flush = getattr(act.decoder, "flush", None)  # a decoder holding audio back (look-ahead)
+            if act.text_wait and flush is not None:
+                if act.seq == 0:  # as in _emit: inline until the first audio is out (keeps the order)
+                    self._flush_decoder(act, flush)
+                else:
+                    self._decode.run(lambda: self._flush_decoder(act, flush), act.fail)
+
+    def _flush_decoder(self, act: Active, flush: Callable[[], np.ndarray]) -> None:
+        """Deliver the audio a look-ahead decoder still holds (the stream waits for its next sentence)."""
+        if act.failed or act.stream.cancelled:
+            return
+        t0 = time.perf_counter()
+        pcm = np.asarray(flush(), dtype=np.float32)
+        t1 = time.perf_counter()
+        act.codec_s += t1 - t0
+        self._deliver(act, pcm, 0, t1)
+
+    def _frame_limit(self, text: str) -> int:
+        """The derived frame limit of ``text`` (the runaway guard), in the model's frames: the rule is
+        written for 12.5 frames a second (Qwen3-TTS) and scaled for other rates (Chatterbox Turbo: 25)."""
+        scale = self.sample_rate / self._info[5] / 12.5
+        return max(2, round(max_frames_for_text(text, self.config.max_frames_cap) * scale))
 
     def _plan(self, text: str) -> list[str]:
         """The pieces a text is spoken in: itself, or sentence-cut pieces of at most ``piece_chars``."""
@@ -888,7 +919,7 @@ class Engine:
             instruct=req.instruct,
             non_streaming_text=req.non_streaming_text,
         )
-        limit = max_frames_for_text(text, self.config.max_frames_cap)
+        limit = self._frame_limit(text)
         if req.max_frames is not None:
             left = req.max_frames - frames_so_far
             limit = min(limit, left) if several else left
@@ -1084,7 +1115,8 @@ class Engine:
         the first audio does not share the cores with the next frames either (and, every earlier
         chunk of the stream having run here, the stream's chunks stay in order).
         That stalls other streams by one one-frame decode when a stream starts (they already wait
-        for its prefill). Measured on a tiny talker with the full-size codec (5 runs, medians): TTFA
+        for its prefill); for a look-ahead decoder, by its first window (Chatterbox Turbo on 2 CPU
+        cores: one flow + HiFT window, ~1.7 s at full size). Measured on a tiny talker with the full-size codec (5 runs, medians): TTFA
         392 ms with the first chunk on the decode thread, 354 ms here, 336 ms with no decode thread.
         """
         codes = torch.stack(act.pending)  # [T, 16]: a copy, so the decode may run later

@@ -71,6 +71,8 @@ class LoadOptions:
         trace_steps: replay recorded decode steps (bitwise the same outputs).
         kernels: CPU kernel choices by name ("int8_kernel", "fused_ops", "f32_rows"): True (on),
             False (off) or None (where it measures faster at load).
+        settings: family-specific integer settings by name (Chatterbox Turbo's ``turbo_*``
+            streaming windows); a family reads its own and ignores the others.
     """
 
     device: str = "cpu"
@@ -81,10 +83,15 @@ class LoadOptions:
     compile: bool = False
     trace_steps: bool = False
     kernels: tuple[tuple[str, bool | None], ...] = ()
+    settings: tuple[tuple[str, int], ...] = ()
 
     def kernel(self, name: str) -> bool | None:
         """The choice for kernel ``name`` (None: decide by measuring)."""
         return dict(self.kernels).get(name)
+
+    def setting(self, name: str, default: int) -> int:
+        """Family-specific setting ``name``, else ``default``."""
+        return int(dict(self.settings).get(name, default))
 
 
 @dataclass(frozen=True)

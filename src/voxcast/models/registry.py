@@ -21,9 +21,10 @@ FAMILIES: dict[str, str] = {
     "qwen3_tts": "voxcast.models.qwen3_tts.family",
     "chatterbox_turbo": "voxcast.models.chatterbox_turbo.family",
 }
-#: Families recognised by a file of their layout when the folder has no ``config.json``.
-MARKERS: dict[str, str] = {"t3_turbo_v1.safetensors": "chatterbox_turbo"}
 """``config.json`` ``model_type`` -> the module whose ``load(root, options)`` loads that family."""
+
+MARKERS: dict[str, str] = {"t3_turbo_v1.safetensors": "chatterbox_turbo"}
+"""A file of a layout that ships no ``config.json`` -> its family."""
 
 
 def family_of(root: Path) -> str:

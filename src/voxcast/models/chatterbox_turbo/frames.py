@@ -34,6 +34,8 @@ class TurboPrompt:
     prefix: KVCache | None = field(default=None, repr=False)
     conditioning: Tensor | None = field(default=None, repr=False)
     prefix_hit: bool = False
+    #: T3 positions left after the prompt (its learned positions end at 8196)
+    room: int = MAX_TOKENS
 
 
 class TurboFrames:
@@ -77,7 +79,7 @@ class TurboFrames:
             conditioning=p.conditioning if p.prefix is None else None,
             sampling=self.sampling,
             seed=self._seed,
-            max_tokens=MAX_TOKENS,
+            max_tokens=min(MAX_TOKENS, p.room),
         )
         self._first = self._stream.next()
         self._prefill_s = time.perf_counter() - t0
@@ -143,8 +145,8 @@ def step_many(t3: T3, generators: list[TurboFrames], batch: bool = True) -> list
     rows = [i for i, g in enumerate(generators) if g.batchable] if batch else []
     if len(rows) > 1:
         t0 = time.perf_counter()
-        streams = [generators[i]._stream for i in rows]
-        tokens = next_many(t3, [s for s in streams if s is not None])
+        streams = [s for s in (generators[i]._stream for i in rows) if s is not None]
+        tokens = next_many(t3, streams)
         share = (time.perf_counter() - t0) / len(rows)
         for i, token in zip(rows, tokens, strict=True):
             generators[i]._t3_s += share

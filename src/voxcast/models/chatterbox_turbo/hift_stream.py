@@ -106,6 +106,15 @@ class HiFTStream:
         return self._emit(self._received - self.right)
 
     @torch.inference_mode()
+    def flush(self) -> Tensor:
+        """The audio of every frame received so far, without waiting for their look-ahead (a pause:
+        more frames may follow, continuing the same phase; the flushed edge is decoded without its
+        right context)."""
+        if self._finished:
+            raise RuntimeError("the stream is finished")
+        return self._emit(self._received)
+
+    @torch.inference_mode()
     def finish(self) -> Tensor:
         """The audio of the frames not yet sent (the utterance has ended)."""
         self._finished = True

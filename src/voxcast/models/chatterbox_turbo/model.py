@@ -6,15 +6,14 @@ the GPT-2 tokenizer files, optionally the built-in voice ``conds.pt``). A frame 
 (speaker name "default"); Turbo has no named speakers, no instruct and speaks English only, so those
 request fields fail naming the field. Paralinguistic tags (``[laugh]``...) are tokens of the text.
 
-Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values) and the S3Gen
-prompt's pinned noise. Streaming is :mod:`.s3gen_stream`'s.
+Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values). Streaming is
+:mod:`.s3gen_stream`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
 import threading
 import time
@@ -43,23 +42,18 @@ from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
 from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
 from voxcast.models.chatterbox_turbo.voice_encoder import VE_FILE, VoiceEncoder
 
-__all__ = ["S3GEN_FILE", "ChatterboxTurbo", "is_turbo_checkpoint"]
+__all__ = ["S3GEN_FILE", "ChatterboxTurbo"]
 
 log = logging.getLogger(__name__)
 
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 CONDS_FILE = "conds.pt"
 DEFAULT_VOICE = "default"
-#: Voices whose per-voice state (T3 prefix) is kept.
-VOICE_STATES = 32
+#: Voices whose T3 prefix is kept (full size: ~74 MB of float32 keys and values each).
+VOICE_STATES = 8
 LANGUAGES = ("auto", "en", "english")
 #: Speech token ids below this are speech (6561 and 6562 are T3's start and stop).
 SPEECH_VOCAB = 6561
-
-
-def is_turbo_checkpoint(root: Path) -> bool:
-    """Whether ``root`` holds the Turbo layout (its T3 file)."""
-    return (root / T3_FILE).is_file()
 
 
 def _read(path: Path) -> dict[str, torch.Tensor]:
@@ -128,6 +122,9 @@ class ChatterboxTurbo:
         self.campplus, self.s3_tokenizer, self.tokenizer = campplus, s3_tokenizer, tokenizer
         self.identity, self.device = identity, device
         self.builtin = builtin
+        self._builtin_sha = (
+            hashlib.sha256(builtin.to_bytes()).hexdigest()[:16] if builtin is not None else None
+        )
         self.stream_settings = stream_settings or StreamSettings()
         self.prefix_cache_enabled = prefix_cache
         #: concurrent streams share T3's decode steps (weights read once per step for all of them)
@@ -172,7 +169,7 @@ class ChatterboxTurbo:
         model = cls(
             t3=t3, flow=flow, hift=hift, ve=ve, campplus=campplus, s3_tokenizer=s3_tokenizer,
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
-            prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_env(os.environ),
+            prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_options(opts),
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
@@ -208,8 +205,12 @@ class ChatterboxTurbo:
         return TurboVoice.from_bytes(data, expected_identity=self.identity)
 
     def prime_voice(self, voice: TurboVoice, *, prefix: bool = True) -> TurboVoice:
-        """Compute ``voice``'s T3 conditioning prefix now (with the prefix cache on)."""
-        if prefix and self.prefix_cache_enabled:
+        """Compute ``voice``'s T3 conditioning prefix now (with the prefix cache on), on the calling
+        thread. Also with ``prefix=False`` (the engine's choice for a voice that comes with its
+        request): unlike Qwen3-TTS's, Turbo's request prefill runs after the prefix, so a voice not
+        primed here would have its ~376 positions computed on the scheduler thread, stalling every
+        other stream."""
+        if self.prefix_cache_enabled:
             self._prefix(voice)
         return voice
 
@@ -252,6 +253,11 @@ class ChatterboxTurbo:
 
     def prepare_batches(self, max_batch: int) -> None:
         """Nothing to record (no traced or compiled steps yet)."""
+
+    def render_settings(self) -> dict[str, object]:
+        """What changes the audio besides the checkpoint's weights (the engine adds it to the audio
+        cache key): the stream settings and the built-in voice's content."""
+        return {"turbo_stream": self.stream_settings.as_dict(), "builtin_voice": self._builtin_sha}
 
     def runtime_report(self) -> dict[str, object]:
         s = self.stream_settings
@@ -306,11 +312,18 @@ class ChatterboxTurbo:
             raise InvalidRequest(f"Chatterbox Turbo speaks English only, not {language!r}", field="language")
         v = self._voice_for(speaker, voice)
         ids = self.tokenizer.encode(punc_norm(text))
+        room = self.t3.cfg.positions - (1 + v.t3_tokens.shape[1]) - len(ids) - 1
+        if room < 1:
+            raise InvalidRequest(
+                f"text too long for one Turbo prompt ({len(ids)} tokens; at most "
+                f"{self.t3.cfg.positions - v.t3_tokens.shape[1] - 3}): split it (VOXCAST_PIECE_CHARS)",
+                field="text",
+            )
         text_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         if self.prefix_cache_enabled:
             prefix, hit = self._prefix(v)
-            return TurboPrompt(text_ids, v, prefix=prefix, prefix_hit=hit)
-        return TurboPrompt(text_ids, v, conditioning=self._conditioning(v))
+            return TurboPrompt(text_ids, v, prefix=prefix, prefix_hit=hit, room=room)
+        return TurboPrompt(text_ids, v, conditioning=self._conditioning(v), room=room)
 
     def open_prompt(self, **_: Any) -> None:
         """Turbo takes whole sentences (the engine feeds text that arrives in pieces sentence by sentence)."""
@@ -360,7 +373,9 @@ class ChatterboxTurbo:
         return audio.float().cpu().numpy()
 
     def new_decoder(self, voice: TurboVoice | None = None, seed: int | None = None) -> TurboDecoder:
-        v = voice if isinstance(voice, TurboVoice) else self.builtin
+        if voice is not None and not isinstance(voice, TurboVoice):
+            raise InvalidRequest("this voice was made for another model family; recreate it", field="voice")
+        v = voice if voice is not None else self.builtin
         if v is None:
             raise InvalidRequest("no voice for this request", field="voice")
         return TurboDecoder(self, v, seed)
@@ -384,6 +399,10 @@ class TurboDecoder:
     def decode(self, codes: torch.Tensor) -> np.ndarray:
         """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
         return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < SPEECH_VOCAB])
+
+    def flush(self) -> np.ndarray:
+        """The audio held back for look-ahead (the engine calls it while the text pauses)."""
+        return self.stream.flush()
 
     def finish(self) -> np.ndarray:
         """The rest of the utterance's audio."""

@@ -21,14 +21,13 @@ the window's length (prompt + left + chunk + right), whatever the utterance's le
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from voxcast.envvars import env_int
+from voxcast.models.base import LoadOptions
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
@@ -68,21 +67,18 @@ class StreamSettings:
         return {k: int(getattr(self, k)) for k in self.__dataclass_fields__}
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> StreamSettings:
-        """``VOXCAST_TURBO_FIRST_TOKENS``, ``_CHUNK_TOKENS``, ``_LEFT_TOKENS``, ``_RIGHT_TOKENS``,
-        ``_PROMPT_TOKENS`` (unset: the defaults).
-
-        Raises:
-            ValueError: a malformed or out-of-range value, naming the variable.
-        """
+    def from_options(cls, options: LoadOptions) -> StreamSettings:
+        """The settings the loader was given (``turbo_first_tokens``, ``turbo_chunk_tokens``,
+        ``turbo_left_tokens``, ``turbo_right_tokens``, ``turbo_prompt_tokens``: ``VOXCAST_TURBO_*``),
+        the defaults for the rest; the chunk is at least the first chunk."""
         d = cls()
-        first = env_int(env, "VOXCAST_TURBO_FIRST_TOKENS", d.first, lo=1, hi=500)
+        first = options.setting("turbo_first_tokens", d.first)
         return cls(
             first=first,
-            chunk=env_int(env, "VOXCAST_TURBO_CHUNK_TOKENS", max(d.chunk, first), lo=first, hi=1000),
-            left=env_int(env, "VOXCAST_TURBO_LEFT_TOKENS", d.left, lo=0, hi=1000),
-            right=env_int(env, "VOXCAST_TURBO_RIGHT_TOKENS", d.right, lo=0, hi=100),
-            prompt_tokens=env_int(env, "VOXCAST_TURBO_PROMPT_TOKENS", d.prompt_tokens, lo=0, hi=1000),
+            chunk=max(first, options.setting("turbo_chunk_tokens", d.chunk)),
+            left=options.setting("turbo_left_tokens", d.left),
+            right=options.setting("turbo_right_tokens", d.right),
+            prompt_tokens=options.setting("turbo_prompt_tokens", d.prompt_tokens),
         )
 
 
@@ -191,6 +187,18 @@ class TurboAudioStream:
         while len(self.tokens) - self._done >= self._chunk + self.settings.right:
             out.append(self._flow_chunk(self._done + self._chunk, final=False))
             self._chunk = min(self.settings.chunk, 2 * self._chunk)
+        return self._join(out)
+
+    def flush(self) -> np.ndarray:
+        """The audio of every token so far, without waiting for look-ahead (the text paused: a new
+        sentence, a new T3 run, comes later). The stream goes on afterwards."""
+        if self._finished:
+            raise RuntimeError("the stream is finished")
+        out = []
+        if len(self.tokens) > self._done:
+            out.append(self._flow_chunk(len(self.tokens), final=True))
+        with torch.inference_mode():
+            out.append(self._fade_in(self.hift_stream.flush()))
         return self._join(out)
 
     def finish(self) -> np.ndarray:

@@ -44,6 +44,8 @@ MIN_REFERENCE_S = 5.0
 TARGET_LUFS = -27.0
 T3_PROMPT_S, T3_PROMPT_TOKENS = 15, 375
 S3GEN_PROMPT_S = 10
+#: Speech token ids (FSQ 3^8); T3's start and stop tokens are never part of a voice.
+SPEECH_TOKENS = 6561
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,24 @@ class TurboVoice:
             raise InvalidVoicePrompt(
                 f"prompt mel {tuple(self.prompt_mel.shape)} does not match {q} prompt tokens", field="voice"
             )
+        shapes = {
+            "speaker": (self.speaker, (1, 256)),
+            "xvector": (self.xvector, (1, 192)),
+        }
+        for name, (t, shape) in shapes.items():
+            if tuple(t.shape) != shape or not bool(torch.isfinite(t).all()):
+                raise InvalidVoicePrompt(
+                    f"voice {name} {tuple(t.shape)} is not a finite {shape}", field="voice"
+                )
+        for name, t in (("t3_tokens", self.t3_tokens), ("prompt_tokens", self.prompt_tokens)):
+            if t.dim() != 2 or t.shape[0] != 1 or t.is_floating_point():
+                raise InvalidVoicePrompt(f"voice {name} must be [1, n] integers", field="voice")
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= SPEECH_TOKENS):
+                raise InvalidVoicePrompt(
+                    f"voice {name} holds ids outside [0, {SPEECH_TOKENS})", field="voice"
+                )
+        if self.t3_tokens.shape[1] > T3_PROMPT_TOKENS:
+            raise InvalidVoicePrompt(f"voice t3_tokens: more than {T3_PROMPT_TOKENS}", field="voice")
 
     def to_bytes(self) -> bytes:
         """Serialise as safetensors with JSON metadata."""
@@ -103,6 +123,8 @@ class TurboVoice:
             n = int.from_bytes(data[:8], "little")
             header = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
             meta = json.loads(header[_FORMAT])
+            if not isinstance(meta, dict):
+                raise TypeError("metadata is not an object")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise InvalidVoicePrompt("data is not a voxcast Chatterbox Turbo voice", field="voice") from e
         if meta.get("schema_version") != SCHEMA_VERSION:
