@@ -54,6 +54,7 @@ class TurboFrames:
         self._frames = 0
         self._finish: str | None = None
         self._prefill_s = 0.0
+        self._prefilled = False
         self._t3_s = 0.0
 
     @property
@@ -69,38 +70,44 @@ class TurboFrames:
         return self._prefill_s
 
     def prefill(self) -> None:
-        if self._stream is not None:
-            return
-        t0 = time.perf_counter()
-        p = self.prompt
-        self._stream = self.t3.stream(
-            p.text_ids,
-            prefix=p.prefix,
-            conditioning=p.conditioning if p.prefix is None else None,
-            sampling=self.sampling,
-            seed=self._seed,
-            max_tokens=min(MAX_TOKENS, p.room),
-        )
-        self._first = self._stream.next()
-        self._prefill_s = time.perf_counter() - t0
+        self.prefill_part(None)
 
     def prefill_part(self, max_positions: int | None) -> bool:
-        self.prefill()
-        return True
+        """Run at most ``max_positions`` more prompt positions (all with None); True once complete
+        (the first token drawn). In several parts the prefill equals the one-pass one up to float
+        rounding."""
+        if self._prefilled:
+            return True
+        t0 = time.perf_counter()
+        if self._stream is None:
+            p = self.prompt
+            self._stream = self.t3.stream(
+                p.text_ids,
+                prefix=p.prefix,
+                conditioning=p.conditioning if p.prefix is None else None,
+                sampling=self.sampling,
+                seed=self._seed,
+                max_tokens=min(MAX_TOKENS, p.room),
+            )
+        if max_positions is None or self._stream.prefill_part(max_positions):
+            self._first = self._stream.next()
+            self._prefilled = True
+        self._prefill_s += time.perf_counter() - t0
+        return self._prefilled
 
     @property
     def batchable(self) -> bool:
         """Its next step is one T3 position (it can share a batched step: :func:`step_many`)."""
         s = self._stream
         return (
-            s is not None and s.steady and self._first is None and self._finish is None
+            s is not None and self._prefilled and s.steady and self._first is None and self._finish is None
             and self._frames < self.max_frames
         )  # fmt: skip
 
     def step(self) -> Tensor | None:
         if self._finish is not None:
             return None
-        if self._stream is None:
+        if not self._prefilled:
             self.prefill()
         assert self._stream is not None
         if self._frames >= self.max_frames:

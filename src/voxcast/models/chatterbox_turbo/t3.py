@@ -127,6 +127,20 @@ class TokenStream:
         return not self.done and self._embeds is None
 
     @torch.inference_mode()
+    def prefill_part(self, max_positions: int) -> bool:
+        """Run at most ``max_positions`` of the prompt's positions still to run; True once only the
+        last one is left (the next :meth:`next` runs it and draws the first token). A scheduler
+        interleaves these parts with other streams' tokens; the result equals the one-pass prefill up
+        to float rounding (as a prefix-cache hit does)."""
+        if self._embeds is None:
+            return True
+        n = min(max(1, max_positions), self._embeds.shape[1] - 1)
+        if n > 0:
+            self.t3.tfmr(self._embeds[:, :n], self.cache)
+            self._embeds = self._embeds[:, n:]
+        return self._embeds.shape[1] <= 1
+
+    @torch.inference_mode()
     def next(self) -> int | None:
         if self.done:
             return None
