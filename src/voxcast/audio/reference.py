@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import soxr
 
+from voxcast.audio.resample import resample_fixed
 from voxcast.errors import InvalidRequest
 from voxcast.memory import trim_heap
 
@@ -149,17 +149,7 @@ def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int, int]:
 
 def _resample(wav: np.ndarray, sr: int) -> np.ndarray:
     """Resample mono float32 audio to 24 kHz as ``librosa.resample(res_type="soxr_hq")``."""
-    if sr == SAMPLE_RATE:
-        return wav
-    # librosa computes ceil(n * (target / orig)) in floating point, which can exceed the exact
-    # ceil by one (e.g. 74970 samples at 44.1 kHz -> 40801); do the same for identical codes.
-    n_out = math.ceil(wav.shape[0] * (float(SAMPLE_RATE) / sr))
-    out = soxr.resample(wav, sr, SAMPLE_RATE, quality="HQ")
-    if out.shape[0] > n_out:
-        out = out[:n_out]
-    elif out.shape[0] < n_out:
-        out = np.pad(out, (0, n_out - out.shape[0]))
-    return np.ascontiguousarray(out, dtype=np.float32)
+    return resample_fixed(wav, sr, SAMPLE_RATE)
 
 
 def _validate(wav: np.ndarray) -> None:

@@ -10,10 +10,12 @@ milliseconds of output (its filter delay) until more input or the flush arrives.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import soxr
 
-__all__ = ["RESAMPLE_QUALITY", "StreamResampler", "resample"]
+__all__ = ["RESAMPLE_QUALITY", "StreamResampler", "resample", "resample_fixed"]
 
 RESAMPLE_QUALITY = "HQ"
 """soxr quality preset: 'HQ' is 20-bit precision, ample for 16-bit output and cheap enough for 2 cores."""
@@ -84,3 +86,18 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int, quality: str = RESAMPLE_QUA
     stream = StreamResampler(sr_in, sr_out, quality)
     head = stream.process(x)
     return np.concatenate([head, stream.flush()])
+
+
+def resample_fixed(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
+    """``librosa.resample(x, res_type="soxr_hq")`` bit for bit: soxr HQ, then the length fixed to
+    librosa's ``ceil(n * (sr_out / sr_in))`` (computed in floating point, which can exceed the exact
+    ceiling by one: 74970 samples at 44.1 -> 24 kHz give 40801), cut or zero-padded; float32."""
+    if sr_in == sr_out:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    n_out = math.ceil(x.shape[0] * (float(sr_out) / sr_in))
+    out = soxr.resample(x, sr_in, sr_out, quality="HQ")
+    if out.shape[0] > n_out:
+        out = out[:n_out]
+    elif out.shape[0] < n_out:
+        out = np.pad(out, (0, n_out - out.shape[0]))
+    return np.ascontiguousarray(out, dtype=np.float32)

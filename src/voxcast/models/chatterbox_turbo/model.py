@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 
 from voxcast.errors import CheckpointError, InvalidRequest
 from voxcast.models.base import LoadOptions, SamplingParams, WarmupCase
@@ -37,6 +36,7 @@ from voxcast.models.chatterbox_turbo.s3gen_audio import mel_24k, resample_sinc
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
 from voxcast.models.chatterbox_turbo.s3gen_stream import TAIL, StreamSettings, TurboAudioStream, trim_fade
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
+from voxcast.models.chatterbox_turbo.state import read_state
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
 from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
 from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
@@ -54,16 +54,6 @@ VOICE_STATES = 8
 LANGUAGES = ("auto", "en", "english")
 #: Speech token ids below this are speech (6561 and 6562 are T3's start and stop).
 SPEECH_VOCAB = 6561
-
-
-def _read(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise CheckpointError(f"{path.parent}: no {path.name} (not a complete Chatterbox Turbo checkpoint)")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{path}: cannot read weights: {e}") from e
 
 
 def _identity(root: Path) -> str:
@@ -153,14 +143,14 @@ class ChatterboxTurbo:
             raise CheckpointError(f"Chatterbox Turbo has no {opts.quant} mode yet (VOXCAST_QUANT=none)")
         device = torch.device(opts.device)
         t3 = load_t3(folder, device=device, dtype=opts.dtype)
-        s3gen = _read(folder / S3GEN_FILE)
+        s3gen = read_state(folder / S3GEN_FILE)
         flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
         # HiFT stays float32 whatever the codec dtype: its source (phase sums, STFT) and iSTFT need it
         hift = HiFT.from_tensors(s3gen).to(device=device, dtype=torch.float32)
         campplus = CAMPPlus.from_tensors(s3gen).to(device)
         s3_tokenizer = S3Tokenizer.from_tensors(s3gen).to(device)
         del s3gen
-        ve = VoiceEncoder.from_tensors(_read(folder / VE_FILE)).to(device)
+        ve = VoiceEncoder.from_tensors(read_state(folder / VE_FILE)).to(device)
         tokenizer = TurboTokenizer.from_dir(folder)
         identity = _identity(folder)
         builtin = None

@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 from voxcast.audio.mel_filters import mel_filterbank
 from voxcast.errors import CheckpointError, InvalidRequest
-from voxcast.models.chatterbox_turbo.state import check_state
+from voxcast.models.chatterbox_turbo.state import check_state, read_state
 
 __all__ = ["S3GEN_FILE", "S3Tokenizer", "S3TokenizerConfig", "load_s3_tokenizer"]
 
@@ -283,13 +282,7 @@ def load_s3_tokenizer(directory: str | Path, *, device: str | torch.device = "cp
         CheckpointError: the file is missing or unreadable, or its tensors do not make a tokenizer.
     """
     path = Path(directory) / S3GEN_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no {S3GEN_FILE} (not a Chatterbox Turbo checkpoint)")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            state = {k: f.get_tensor(k) for k in f.keys() if k.startswith("tokenizer.")}  # noqa: SIM118
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{path}: cannot read weights: {e}") from e
+    state = read_state(path, "tokenizer.")
     model = S3Tokenizer.from_tensors(state).to(device)
     log.info("loaded the S3 tokenizer from %s (%d layers, width %d)", path, model.cfg.layers, model.cfg.width)
     return model

@@ -13,14 +13,12 @@ import logging
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from voxcast.errors import CheckpointError
 from voxcast.models.chatterbox_turbo.config import T3Config
 from voxcast.models.chatterbox_turbo.gpt2 import GPT2, KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling, sample
-from voxcast.models.chatterbox_turbo.state import check_state
+from voxcast.models.chatterbox_turbo.state import check_state, read_state
 
 __all__ = ["T3", "T3_FILE", "TokenStream", "load_t3", "next_many"]
 
@@ -180,13 +178,7 @@ def load_t3(
         CheckpointError: the file is missing or unreadable, or its tensors do not make a T3.
     """
     path = Path(directory) / T3_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no {T3_FILE} (not a Chatterbox Turbo checkpoint)")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{path}: cannot read weights: {e}") from e
+    state = read_state(path)
     cfg = T3Config.from_tensors(state)
     with torch.device("meta"):
         t3 = T3(cfg)

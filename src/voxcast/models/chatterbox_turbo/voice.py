@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 import pyloudnorm
-import soxr
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
+from voxcast.audio.resample import resample_fixed
 from voxcast.errors import CheckpointError, InvalidRequest, InvalidVoicePrompt
 
 __all__ = ["SCHEMA_VERSION", "TurboVoice", "build_voice"]
@@ -180,15 +180,8 @@ def normalize_loudness(wav: np.ndarray, sample_rate: int) -> np.ndarray:
 
 
 def resample_16k(wav: np.ndarray) -> np.ndarray:
-    """24 -> 16 kHz as ``librosa.resample(res_type="soxr_hq")`` (upstream's T3 side): soxr HQ, then the
-    length fixed to ``ceil(n * 16000 / 24000)`` (cut or zero-padded)."""
-    n_out = math.ceil(wav.shape[-1] * (float(TOKEN_RATE) / REF_RATE))
-    out = soxr.resample(wav, REF_RATE, TOKEN_RATE, quality="HQ")
-    if out.shape[0] > n_out:
-        out = out[:n_out]
-    elif out.shape[0] < n_out:
-        out = np.pad(out, (0, n_out - out.shape[0]))
-    return np.ascontiguousarray(out, dtype=np.float32)
+    """24 -> 16 kHz as ``librosa.resample(res_type="soxr_hq")`` (upstream's T3 side)."""
+    return resample_fixed(wav, REF_RATE, TOKEN_RATE)
 
 
 def build_voice(
