@@ -15,11 +15,9 @@ the official object around the official modules at the tiny checkpoint's sizes i
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 import types
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +27,9 @@ import torch
 from tests.parity._official_chatterbox import import_chatterbox, official_hift, official_t3
 from tests.parity._official_chatterbox_campplus import import_official_xvector
 from tests.parity._official_chatterbox_flow import official_flow, official_flow_modules
-from tests.parity._official_chatterbox_s3tok import import_official_s3tokenizer
+from tests.parity._official_chatterbox_s3tok import import_official_s3tokenizer, stand_ins
 
 __all__ = ["import_official_tts", "official_generate", "official_tts"]
-
-
-@contextlib.contextmanager
-def _stand_ins() -> Iterator[None]:
-    added = []
-    for name in ("perth", "torchaudio"):
-        try:
-            importlib.import_module(name)
-        except Exception:  # absent, or torchaudio's CUDA build that fails under a CPU torch
-            sys.modules.pop(name, None)
-            mod = types.ModuleType(name)
-            if name == "perth":
-                mod.PerthImplicitWatermarker = type("PerthImplicitWatermarker", (), {})  # type: ignore[attr-defined]
-            sys.modules[name] = mod
-            added.append(name)
-    try:
-        yield
-    finally:
-        for name in added:
-            sys.modules.pop(name, None)
 
 
 def import_official_tts() -> types.ModuleType | None:
@@ -65,7 +43,7 @@ def import_official_tts() -> types.ModuleType | None:
     ):
         return None
     try:
-        with _stand_ins(), warnings.catch_warnings():
+        with stand_ins(("perth", "torchaudio")), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             s3gen = import_chatterbox("models.s3gen.s3gen")
             const = import_chatterbox("models.s3gen.const")

@@ -20,13 +20,14 @@ import torch
 
 from tests.parity._official_chatterbox import import_chatterbox
 
-__all__ = ["import_official_s3tokenizer", "official_s3_tokenizer"]
+__all__ = ["import_official_s3tokenizer", "official_s3_tokenizer", "stand_ins"]
 
 _STUBBED = ("onnx", "torchaudio")
 
 
 @contextlib.contextmanager
-def _stand_ins(names: tuple[str, ...]) -> Iterator[None]:
+def stand_ins(names: tuple[str, ...]) -> Iterator[None]:
+    """Bare modules for ``names`` that do not import (absent or broken), while the block runs."""
     added = []
     for name in names:
         if name in sys.modules:
@@ -50,7 +51,7 @@ def import_official_s3tokenizer() -> types.ModuleType | None:
         return sys.modules["chatterbox.models.s3tokenizer.s3tokenizer"]
     if importlib.util.find_spec("s3tokenizer") is None:
         return None
-    with _stand_ins(_STUBBED):
+    with stand_ins(_STUBBED):
         return import_chatterbox("models.s3tokenizer.s3tokenizer")
 
 

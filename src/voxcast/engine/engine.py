@@ -883,13 +883,8 @@ class Engine:
 
     def _flush_decoder(self, act: Active, flush: Callable[[], np.ndarray]) -> None:
         """Deliver the audio a look-ahead decoder still holds (the stream waits for its next sentence)."""
-        if act.failed or act.stream.cancelled:
-            return
-        t0 = time.perf_counter()
-        pcm = np.asarray(flush(), dtype=np.float32)
-        t1 = time.perf_counter()
-        act.codec_s += t1 - t0
-        self._deliver(act, pcm, 0, t1)
+        if not (act.failed or act.stream.cancelled):
+            self._decode_and_deliver(act, flush)
 
     def _frame_limit(self, text: str) -> int:
         """The derived frame limit of ``text`` (the runaway guard), in the model's frames: the rule is
@@ -1133,11 +1128,15 @@ class Engine:
         """Decode one chunk and deliver it (decode stage; skipped once the stream failed)."""
         if act.failed or (self._decode.threaded and act.stream.cancelled):
             return
+        self._decode_and_deliver(act, lambda: act.decoder.decode(codes), int(codes.shape[0]))
+
+    def _decode_and_deliver(self, act: Active, decode: Callable[[], np.ndarray], frames: int = 0) -> None:
+        """Run one decoder call (timed into the stream's codec time) and deliver its audio."""
         t0 = time.perf_counter()
-        pcm = np.asarray(act.decoder.decode(codes), dtype=np.float32)
+        pcm = np.asarray(decode(), dtype=np.float32)
         t1 = time.perf_counter()
         act.codec_s += t1 - t0
-        self._deliver(act, pcm, int(codes.shape[0]), t1)
+        self._deliver(act, pcm, frames, t1)
 
     def _deliver(self, act: Active, pcm: np.ndarray, frames: int, t1: float) -> None:
         """Put a decoded chunk on the stream. A decoder with look-ahead may have no audio final yet:
@@ -1166,11 +1165,7 @@ class Engine:
             return
         finish = getattr(act.decoder, "finish", None)
         if finish is not None and reason is None and not act.stream.cancelled:
-            t0 = time.perf_counter()
-            pcm = np.asarray(finish(), dtype=np.float32)
-            t1 = time.perf_counter()
-            act.codec_s += t1 - t0
-            self._deliver(act, pcm, 0, t1)
+            self._decode_and_deliver(act, finish)
         fill_final_timing(act, self.sample_rate, reason, self.keep_codes)
         act.stream._end()
 

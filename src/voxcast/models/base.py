@@ -170,7 +170,8 @@ class StreamingDecoder(Protocol):
 
     A decoder that needs look-ahead may return no audio for a chunk (it is held until later frames
     arrive) and may have a ``finish() -> np.ndarray`` method, which the engine calls once after the
-    last frame of a stream that ended normally, for the audio still held.
+    last frame of a stream that ended normally, for the audio still held, and a ``flush() ->
+    np.ndarray`` method, which it calls while a stream waits for its next sentence.
     """
 
     def decode(self, codes: torch.Tensor) -> np.ndarray: ...

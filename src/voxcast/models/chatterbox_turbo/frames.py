@@ -152,15 +152,13 @@ def step_many(t3: T3, generators: list[TurboFrames], batch: bool = True) -> list
     rows = [i for i, g in enumerate(generators) if g.batchable] if batch else []
     if len(rows) > 1:
         t0 = time.perf_counter()
-        streams = [s for s in (generators[i]._stream for i in rows) if s is not None]
-        tokens = next_many(t3, streams)
+        tokens = next_many(t3, [s for s in (generators[i]._stream for i in rows) if s is not None])
         share = (time.perf_counter() - t0) / len(rows)
         for i, token in zip(rows, tokens, strict=True):
             generators[i]._t3_s += share
             out[i] = generators[i]._emit(token)
-    else:
-        rows = []
+    batched = set(rows) if len(rows) > 1 else set()
     for i, g in enumerate(generators):
-        if i not in rows:
+        if i not in batched:
             out[i] = g.step()
     return out

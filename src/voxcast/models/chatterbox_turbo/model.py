@@ -117,13 +117,10 @@ class ChatterboxTurbo:
         )
         self.stream_settings = stream_settings or StreamSettings()
         self.prefix_cache_enabled = prefix_cache
-        #: concurrent streams share T3's decode steps (weights read once per step for all of them)
-        self.batch_t3 = True
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
         self.load_s = 0.0
         self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
         self._lock = threading.Lock()
-        self.prefix_hits = self.prefix_misses = 0
         #: ``decode_thread=auto`` without measuring, on a CPU: a warm-up run is too short to reach the
         #: stream's first flow chunk, and overlapping S3Gen with T3 measured 28.5 s against 37 s for a
         #: 10 s utterance (full size, 2 cores; docs/chatterbox-turbo.md). Elsewhere: measured.
@@ -211,12 +208,10 @@ class ChatterboxTurbo:
             hit = self._states.get(key)
             if hit is not None and hit[0] is voice:
                 self._states.move_to_end(key)
-                self.prefix_hits += 1
                 return hit[1], True
         with torch.inference_mode():
             cache = self.t3.prefix(self._conditioning(voice))
         with self._lock:
-            self.prefix_misses += 1
             self._states[key] = (voice, cache)
             while len(self._states) > VOICE_STATES:
                 self._states.popitem(last=False)
@@ -250,13 +245,11 @@ class ChatterboxTurbo:
         return {"turbo_stream": self.stream_settings.as_dict(), "builtin_voice": self._builtin_sha}
 
     def runtime_report(self) -> dict[str, object]:
-        s = self.stream_settings
         return {
             "device": str(self.device),
             "family": "chatterbox_turbo",
-            "stream": {"first": s.first, "chunk": s.chunk, "left": s.left, "right": s.right,
-                       "hift_left": s.hift_left, "hift_right": s.hift_right, "prompt_tokens": s.prompt_tokens},
-        }  # fmt: skip
+            "stream": self.stream_settings.as_dict(),
+        }
 
     # ------------------------------------------------------------------ prompts and generation
 
@@ -324,8 +317,8 @@ class ChatterboxTurbo:
 
     def step_many(self, generators: Sequence[TurboFrames]) -> list[torch.Tensor | None]:
         """One token for each generator; streams in the middle of their speech share one batched T3
-        step (:attr:`batch_t3`)."""
-        return step_many(self.t3, list(generators), batch=self.batch_t3)
+        step."""
+        return step_many(self.t3, list(generators))
 
     @torch.inference_mode()
     def render(
@@ -353,35 +346,34 @@ class ChatterboxTurbo:
         noise = torch.randn(1, MELS, MELS_PER_TOKEN * n, generator=g, device=self.device, dtype=dtype)
         z = torch.randn(1, MELS, MELS_PER_TOKEN * (p + n), generator=g, device=self.device, dtype=dtype)
         z[..., MELS_PER_TOKEN * p :] = noise
-        mel = self.flow(
-            v.prompt_tokens.to(self.device), v.prompt_mel.transpose(1, 2).to(self.device, dtype),
-            v.xvector.to(self.device, dtype), torch.tensor([tokens], device=self.device), z,
-        )  # fmt: skip
+        mel = self.flow(*self.s3gen_prompt(v), torch.tensor([tokens], device=self.device), z)
         audio = self.hift.inference(mel.to(self.hift.conv_pre.weight.dtype), generator=g)[0]
         fade = trim_fade().to(audio)
         audio[: len(fade)] *= fade
         return audio.float().cpu().numpy()
 
+    def s3gen_prompt(self, voice: TurboVoice) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``voice``'s S3Gen conditionals as the flow takes them: prompt tokens ``[1, P]``, prompt mel
+        ``[1, 80, 2P]`` and x-vector ``[1, 192]``, on the model's device and in the flow's dtype."""
+        dtype = self.flow.input_embedding.weight.dtype
+        return (
+            voice.prompt_tokens.to(self.device),
+            voice.prompt_mel.transpose(1, 2).to(self.device, dtype),
+            voice.xvector.to(self.device, dtype),
+        )
+
     def new_decoder(self, voice: TurboVoice | None = None, seed: int | None = None) -> TurboDecoder:
-        if voice is not None and not isinstance(voice, TurboVoice):
-            raise InvalidRequest("this voice was made for another model family; recreate it", field="voice")
-        v = voice if voice is not None else self.builtin
-        if v is None:
-            raise InvalidRequest("no voice for this request", field="voice")
-        return TurboDecoder(self, v, seed)
+        return TurboDecoder(self, self._voice_for(None, voice), seed)
 
 
 class TurboDecoder:
     """The engine's streaming decoder: token chunks in, audio out (:class:`TurboAudioStream`)."""
 
     def __init__(self, model: ChatterboxTurbo, voice: TurboVoice, seed: int | None) -> None:
-        dev, dtype = model.device, model.flow.input_embedding.weight.dtype
         self.stream = TurboAudioStream(
             model.flow,
             model.hift,
-            voice.prompt_tokens.to(dev),
-            voice.prompt_mel.transpose(1, 2).to(dev, dtype),
-            voice.xvector.to(dev, dtype),
+            *model.s3gen_prompt(voice),
             seed if seed is not None else random.getrandbits(62),
             model.stream_settings,
         )

@@ -20,7 +20,9 @@ the window's length (prompt + left + chunk + right), whatever the utterance's le
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,10 +92,13 @@ def trim_fade(samples: int = SAMPLES_PER_TOKEN) -> Tensor:
     return fade
 
 
+@functools.lru_cache(maxsize=8)
 def prompt_noise(frames: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """The pinned noise of a voice prompt's ``frames`` mel frames ``[1, 80, frames]``."""
+    """The pinned noise of a voice prompt's ``frames`` mel frames ``[1, 80, frames]`` (drawn once per
+    length, device and dtype; callers must not write into it)."""
     g = torch.Generator(device="cpu").manual_seed(PROMPT_NOISE_SEED)
-    return torch.randn(1, MELS, frames, generator=g).to(device=device, dtype=dtype)
+    with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+        return torch.randn(1, MELS, frames, generator=g).to(device=device, dtype=dtype)
 
 
 def token_noise(generator: torch.Generator, tokens: int, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -149,7 +154,6 @@ class TurboAudioStream:
         xvector: Tensor,
         seed: int,
         settings: StreamSettings | None = None,
-        prompt_z: Tensor | None = None,
     ) -> None:
         s = settings or StreamSettings()
         self.flow, self.hift, self.settings = flow, hift, s
@@ -160,7 +164,7 @@ class TurboAudioStream:
         weight = flow.input_embedding.weight
         self.device, self.dtype = weight.device, weight.dtype
         frames = MELS_PER_TOKEN * prompt_tokens.shape[1]
-        self.prompt_z = prompt_z if prompt_z is not None else prompt_noise(frames, self.device, self.dtype)
+        self.prompt_z = prompt_noise(frames, self.device, self.dtype)
         self._flow_gen = torch.Generator(device="cpu").manual_seed(seed)
         hift_gen = torch.Generator(device=hift.conv_pre.weight.device).manual_seed(seed + 1)
         self.hift_stream = HiFTStream(hift, generator=hift_gen, left=s.hift_left, right=s.hift_right)
@@ -194,24 +198,23 @@ class TurboAudioStream:
         sentence, a new T3 run, comes later). The stream goes on afterwards."""
         if self._finished:
             raise RuntimeError("the stream is finished")
-        out = []
-        if len(self.tokens) > self._done:
-            out.append(self._flow_chunk(len(self.tokens), final=True))
-        with torch.inference_mode():
-            out.append(self._fade_in(self.hift_stream.flush()))
-        return self._join(out)
+        return self._drain(self.hift_stream.flush)
 
     def finish(self) -> np.ndarray:
         """The rest of the audio: upstream's three silence tokens added, every remaining frame decoded."""
         if self._finished:
             return np.zeros(0, dtype=np.float32)
         self._add(list(TAIL))
+        self._finished = True
+        return self._drain(self.hift_stream.finish)
+
+    def _drain(self, hift_rest: Callable[[], Tensor]) -> np.ndarray:
+        """Every token not yet decoded through the flow (no look-ahead), then HiFT's held frames."""
         out = []
         if len(self.tokens) > self._done:
             out.append(self._flow_chunk(len(self.tokens), final=True))
-        self._finished = True
         with torch.inference_mode():
-            out.append(self._fade_in(self.hift_stream.finish()))
+            out.append(self._fade_in(hift_rest()))
         return self._join(out)
 
     def _add(self, tokens: list[int]) -> None:
