@@ -44,7 +44,7 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 # voxcast's own dependencies are pinned/bounded in pyproject.toml
 # hadolint ignore=DL3013
-RUN pip install ".[serve]" \
+RUN pip install ".[serve,watermark]" \
     && python -c "import torch, voxcast, runpod; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 # voxcast's C++ CPU kernels, compiled here once (~30 s) instead of at every cold start; the runtime
 # stage loads the built library and needs no compiler. The kernels pick AVX-512 VNNI or AVX2 at run

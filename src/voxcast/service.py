@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from voxcast.audio.encode import StreamEncoder, stream_to_file
 from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
 from voxcast.audio.wav import data_span
@@ -43,6 +45,8 @@ from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, Store
 from voxcast.storage.keys import validate_key
 from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
+from voxcast.watermark import load_watermarker, mark_file, watermark_from_env
+from voxcast.watermark.perth import PerthWatermarker
 
 __all__ = ["EncodedChunk", "Service", "ServiceConfig", "ServiceStream", "SynthesisResult"]
 
@@ -75,6 +79,10 @@ class ServiceConfig:
             and the lookup counts as a miss), ``VOXCAST_STORE_WRITE_S`` (10: then the final message
             reports the write unconfirmed), ``VOXCAST_STORE_BREAKER_FAILURES`` (3 in a row open it),
             ``VOXCAST_STORE_BREAKER_COOLDOWN_S`` (30 s skipped, then one probe).
+        watermark: the watermark on stored renders (``VOXCAST_WATERMARK``: ``off``, the default, or
+            ``perth``; :mod:`voxcast.watermark`); live streams are never marked.
+        watermark_model: the watermark's weights (``VOXCAST_WATERMARK_MODEL``; default: the installed
+            resemble-perth package's).
     """
 
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -82,6 +90,8 @@ class ServiceConfig:
     store_audio: bool = True
     url_expires_s: int = 3600
     store_guard: GuardSettings = field(default_factory=GuardSettings)
+    watermark: str = "off"
+    watermark_model: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.url_expires_s <= MAX_URL_EXPIRES_S:
@@ -89,6 +99,7 @@ class ServiceConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
+        watermark, watermark_model = watermark_from_env(env)
         return cls(
             engine=EngineConfig.from_env(env),
             storage=StorageConfig.from_env(env),
@@ -100,6 +111,8 @@ class ServiceConfig:
                 failures=env_int(env, "VOXCAST_STORE_BREAKER_FAILURES", 3, positive=True),
                 cooldown_s=env_float(env, "VOXCAST_STORE_BREAKER_COOLDOWN_S", 30.0, lo=0.0),
             ),
+            watermark=watermark,
+            watermark_model=watermark_model,
         )
 
 
@@ -190,6 +203,7 @@ class ServiceStream(Iterator[EncodedChunk]):
         store: bool,
         entry: str = "python",
         feed: TextFeed | None = None,
+        watermark: bool = True,
     ) -> None:
         self.request = request
         #: Text that arrives in pieces (:meth:`Service.open`), else None.
@@ -202,6 +216,8 @@ class ServiceStream(Iterator[EncodedChunk]):
         self.t_start = 0.0
         self._service = service
         self._store = store
+        #: Mark what is stored when the service has a watermark (off: the caller marks its own audio).
+        self.watermark = watermark
         self._it: Iterator[EncodedChunk] | None = None
         self._engine_stream: SynthesisStream | None = None
         self._cancelled = False
@@ -278,6 +294,7 @@ class Service:
         voices: VoiceRegistry,
         cache: AudioCache,
         metrics: Metrics | None = None,
+        watermarker: PerthWatermarker | None = None,
     ) -> None:
         self.config = config
         self._startup_told = threading.Lock()  # the first request reports the process's cold start
@@ -289,28 +306,38 @@ class Service:
         self.voices = voices
         self.cache = cache
         self.store_guard = StoreGuard(config.store_guard, inline=not store.remote)
+        #: Marks stored renders (``config.watermark``; loaded here unless given), or None.
+        self.watermarker = watermarker or load_watermarker(config.watermark, config.watermark_model)
 
     @classmethod
     def load(cls, config: ServiceConfig, metrics: Metrics | None = None) -> Service:
-        """Open the store, load and warm the engine (in that order: a bad store fails fast).
+        """Open the store, load and warm the engine (in that order: a bad store fails fast; a
+        watermark without its weights fails before the model loads).
 
         ``metrics``: the process's metrics (made before loading, so they report the loading state).
         """
         t_begin = time.time()
         store = open_store(config.storage)
+        watermarker = load_watermarker(config.watermark, config.watermark_model)  # fails fast
         metrics = metrics or Metrics()
 
         def warming() -> None:
             metrics.phase = "warming"
 
-        service = cls.assemble(config, Engine.load(config.engine, on_warmup=warming), store, metrics)
+        engine = Engine.load(config.engine, on_warmup=warming)
+        service = cls.assemble(config, engine, store, metrics, watermarker)
         metrics.startup = _startup(t_begin, service.engine)
         log.info("ready %.0f ms after the process started: %s", metrics.startup.ready_ms, metrics.startup)
         return service
 
     @classmethod
     def assemble(
-        cls, config: ServiceConfig, engine: Engine, store: BlobStore, metrics: Metrics | None = None
+        cls,
+        config: ServiceConfig,
+        engine: Engine,
+        store: BlobStore,
+        metrics: Metrics | None = None,
+        watermarker: PerthWatermarker | None = None,
     ) -> Service:
         """Build the voice registry and the audio cache around a loaded engine and an open store."""
         metrics = metrics or Metrics()
@@ -331,7 +358,7 @@ class Service:
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
             persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
-        return cls(config, engine, store, voices, AudioCache(store), metrics)
+        return cls(config, engine, store, voices, AudioCache(store), metrics, watermarker)
 
     def _engine_phase(self, phase: str) -> None:
         """The engine's idle unload and reload: report the phase; an unload drops the voice prompts."""
@@ -391,6 +418,7 @@ class Service:
         *,
         store: bool | None = None,
         entry: str = "python",
+        watermark: bool = True,
     ) -> ServiceStream:
         """Validate ``request`` and return a lazy stream of encoded chunks.
 
@@ -398,6 +426,9 @@ class Service:
             request: a request mapping (the shared schema) or a validated request.
             store: store the complete file (default: ``config.store_audio``).
             entry: the entry point, for the metrics (``http``, ``runpod``, ``rq``, ...).
+            watermark: with the service's watermark on, mark the copy it stores (the cache's entry
+                included); off, the stored copy and the cache entry are unmarked (a caller that
+                post-processes the audio marks the result itself, as prerendering does).
 
         Raises:
             InvalidRequest: the request is malformed (model-dependent errors come from iteration).
@@ -408,7 +439,8 @@ class Service:
             self.metrics.request_ended(entry, None, e)
             log_request("", entry, self.metrics.model, None, None, e.code)
             raise
-        return ServiceStream(self, req, self.config.store_audio if store is None else store, entry)
+        store = self.config.store_audio if store is None else store
+        return ServiceStream(self, req, store, entry, watermark=watermark)
 
     def open(
         self,
@@ -448,13 +480,21 @@ class Service:
                 req,
                 model_identity=self.engine.identity,
                 voice=voice_key or None,
-                extra=self.engine.render_settings or None,
+                extra=self._render_settings(s.watermark),
             )
             hit = self._cache_open(key, timing)
             if hit is not None:
                 yield from self._from_cache(s, key, hit, timing, t0, voice_id)
                 return
         yield from self._from_engine(s, voice, key, timing, t0, voice_id)
+
+    def _render_settings(self, watermark: bool) -> dict[str, Any] | None:
+        """What besides the request changes a stored render: the model's stream settings and the
+        watermark (the cache key's ``extra``)."""
+        settings = dict(self.engine.render_settings or {})
+        if watermark and self.watermarker is not None:
+            settings["watermark"] = self.watermarker.name
+        return settings or None
 
     def _cache_open(self, key: str, timing: Timing) -> CachedStream | None:
         """The cached file, or None: a miss, or a store that failed, was too slow or is skipped (the
@@ -518,8 +558,12 @@ class Service:
         if s.cancelled:
             es.cancel()
         parts: list[bytes] = []
+        persist = s._store or key is not None
+        marked: list[np.ndarray] | None = [] if persist and s.watermark and self.watermarker else None
         seq = held = 0
         for chunk in es:
+            if marked is not None:
+                marked.append(chunk.pcm)
             data = encoder.encode(chunk.pcm)
             held += chunk.frames
             if not data:  # the encoder holds these samples (resampler or MP3 look-ahead): count them later
@@ -548,15 +592,25 @@ class Service:
         if s.feed is not None:  # the text as spoken, for the request log and the result
             s.request = req = req.model_copy(update={"text": normalize_text(s.feed.snapshot()[0])})
         audio_key, error = None, None
-        if timing.finish_reason != "cancelled" and (s._store or key is not None):
+        if timing.finish_reason != "cancelled" and persist:
             audio_key, error = self._persist(
-                s,
-                key,
-                stream_to_file(req.response_format, req.sample_rate, streamed, encoder.samples),
-                timing,
+                s, key, self._stored_file(streamed, encoder, marked, timing), timing
             )
         error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)
+
+    def _stored_file(
+        self, streamed: bytes, encoder: StreamEncoder, marked: list[np.ndarray] | None, timing: Timing
+    ) -> bytes:
+        """The complete file to store: the stream's bytes, or the watermarked audio encoded alike."""
+        fmt, rate = encoder.format, encoder.sample_rate
+        if marked is None or self.watermarker is None:
+            return stream_to_file(fmt, rate, streamed, encoder.samples)
+        t0 = time.perf_counter()
+        data = mark_file(self.watermarker, marked, self.engine.sample_rate, fmt, rate)
+        timing.extra["watermark"] = self.watermarker.name
+        timing.extra["watermark_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        return data
 
     def _persist(
         self, s: ServiceStream, key: str | None, data: bytes, timing: Timing

@@ -37,8 +37,11 @@ class ScriptedService:
     bad: set[int] = field(default_factory=set)
     seeds: list[int] = field(default_factory=list)
     engine: Any = field(default_factory=lambda: SimpleNamespace(identity="scripted@1"))
+    watermarker: Any = None
 
-    def synthesize(self, request: Any, store: bool = True, entry: str = "python") -> Any:
+    def synthesize(
+        self, request: Any, store: bool = True, entry: str = "python", watermark: bool = True
+    ) -> Any:
         req = parse_request(request)
         seed = req.sampling.seed
         self.seeds.append(seed)

@@ -117,8 +117,11 @@ class FakeService:
     cancels: int = 0
     cache: set[str] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
+    watermarker: Any = None
 
-    def synthesize(self, request: Any, store: bool = True, entry: str = "python") -> FakeStream:
+    def synthesize(
+        self, request: Any, store: bool = True, entry: str = "python", watermark: bool = True
+    ) -> FakeStream:
         self.calls += 1
         return FakeStream(self, parse_request(request), self.delay_s)
 

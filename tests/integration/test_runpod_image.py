@@ -43,14 +43,14 @@ def test_cuda_runtime_base_and_cuda_torch_from_the_pytorch_index() -> None:
     build = " ".join(_instructions("build"))
     assert "download.pytorch.org/whl/${TORCH_CUDA}" in build and '"torch==${TORCH_VERSION}"' in build
     assert "ARG TORCH_VERSION=2.13.0" in build
-    assert build.index("torch==") < build.index('pip install ".[serve]"')
+    assert build.index("torch==") < build.index('pip install ".[serve,watermark]"')
 
 
 def test_cpu_kernels_are_built_into_the_image_not_at_start_up() -> None:
     build = " ".join(_instructions("build"))
     runtime = " ".join(_instructions("runtime"))
     assert "VOXCAST_KERNEL_DIR=/opt/voxcast-kernels voxcast build-kernels" in build
-    assert build.index('pip install ".[serve]"') < build.index("voxcast build-kernels")
+    assert build.index('pip install ".[serve,watermark]"') < build.index("voxcast build-kernels")
     assert "COPY --from=build /opt/voxcast-kernels /opt/voxcast-kernels" in runtime
     assert "VOXCAST_KERNEL_DIR=/opt/voxcast-kernels" in runtime
 

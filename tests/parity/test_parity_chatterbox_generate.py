@@ -52,3 +52,26 @@ def test_render_equals_official_generate(pair: tuple[ChatterboxTurbo, object], t
     assert got.shape == want.shape and len(got) > 3 * 960
     # measured 2.2e-8 and 4.1e-8: float rounding (the tokens, flow and HiFT are each bitwise the official)
     assert np.abs(got - want).max() <= 1e-6, float(np.abs(got - want).max())
+
+
+def test_watermarked_render_equals_official_generate_with_its_watermark(
+    pair: tuple[ChatterboxTurbo, object],
+) -> None:
+    """Watermark on, as upstream ships it: our render then our Perth watermark against ``generate()``
+    with the official ``PerthImplicitWatermarker``."""
+    from tests.parity._official_perth import official_watermarker
+    from voxcast.watermark.perth import PerthWatermarker, find_perth_weights
+
+    if find_perth_weights() is None or (marker := official_watermarker()) is None:
+        pytest.skip("resemble-perth (or librosa / torchaudio's sources) is not installed")
+    ours, official = pair
+    unmarked = official.watermarker  # type: ignore[attr-defined]
+    official.watermarker = marker  # type: ignore[attr-defined]
+    try:
+        want = official_generate(official, "Hello there, how are you today?", 3)
+    finally:
+        official.watermarker = unmarked  # type: ignore[attr-defined]
+    got = PerthWatermarker.load().apply(ours.render("Hello there, how are you today?", seed=3), 24000)
+    assert got.shape == want.shape
+    # measured 5.0e-8 (the render's own float rounding; the watermark is bitwise the official)
+    assert np.abs(got - want).max() <= 1e-5, float(np.abs(got - want).max())

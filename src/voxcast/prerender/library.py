@@ -7,14 +7,16 @@ Layout in the blob store (``<name>`` = library, ``<id>`` = prompt id)::
 
 For each prompt: synthesize 24 kHz PCM through :meth:`Service.synthesize` with ``cache`` on and a
 forced seed, so identical prompts (in this or any other library, by any worker) are rendered once and
-then served from the rendered-audio cache; trim; encode each preset at the target loudness measured on
+then served from the rendered-audio cache; trim; with the service's watermark on
+(``VOXCAST_WATERMARK``), mark the trimmed audio (the cache keeps it unmarked); encode each preset at the target loudness measured on
 the encoded file (:mod:`~voxcast.prerender.levels`); check the render (:mod:`~voxcast.prerender.gate`:
 a failing prompt is rendered again with the next seed, up to ``max_attempts``, then reported with its
 failed checks and not stored); write (atomic puts). The manifest records, per prompt, the checks, the
 attempt and seed used, and per file the loudness and true peak measured on it.
 
 Re-runs: a prompt is skipped when the previous output manifest has the same *render hash* (SHA-256
-of the model identity, the prompt's effective request incl. seed, and the post-processing settings)
+of the model identity, the prompt's effective request incl. seed, the post-processing settings and
+the watermark, if any)
 and every requested preset object exists (one listing of the library prefix). Editing a row's text,
 voice or sampling, or changing loudness/pad, re-renders that prompt; ``force`` re-renders everything
 (still hitting the audio cache). The manifest is rewritten every :data:`MANIFEST_EVERY` prompts and at
@@ -198,15 +200,20 @@ def _post(payload: Mapping[str, Any]) -> PostProcess:
     return post
 
 
-def render_hash(model_identity: str, prompt: Prompt, post: PostProcess, gate: GateSettings) -> str:
-    """Identity of one prompt's rendering (see the module docstring)."""
-    recipe = {
+def render_hash(
+    model_identity: str, prompt: Prompt, post: PostProcess, gate: GateSettings, watermark: str | None = None
+) -> str:
+    """Identity of one prompt's rendering (see the module docstring); ``watermark``: the one put
+    on the files, if any."""
+    recipe: dict[str, Any] = {
         "schema": MANIFEST_SCHEMA,
         "model": model_identity,
         "prompt": prompt.fields,
         "post": post.to_dict(),
         "gate": gate.to_dict(),
     }
+    if watermark is not None:
+        recipe["watermark"] = watermark
     return sha256_hex(canonical_json(recipe))
 
 
@@ -231,6 +238,8 @@ class _Run:
         self.prefix = library_prefix(spec.library)
         self.manifest_key = validate_key(self.prefix + "manifest.json")
         self.model = str(service.engine.identity)
+        #: The watermark put on every file after post-processing, if the service has one.
+        self.watermark = service.watermarker.name if service.watermarker is not None else None
         self.presets = [PRESETS[n] for n in spec.presets]
         self._progress = progress
         self._heartbeat = heartbeat or (lambda: None)
@@ -270,7 +279,7 @@ class _Run:
         return self._summary(manifest, total)
 
     def _one(self, prompt: Prompt) -> None:
-        h = render_hash(self.model, prompt, self.spec.post, self.spec.gate)
+        h = render_hash(self.model, prompt, self.spec.post, self.spec.gate, self.watermark)
         prev = self.previous.get(prompt.id)
         keys = {p.name: object_key(self.prefix, p, prompt.id) for p in self.presets}
         if not self.spec.force and self._done(prev, h, keys):
@@ -300,7 +309,8 @@ class _Run:
         return all(k in self.existing for k in keys.values()) and set(keys) <= set(prev.get("objects", {}))
 
     def _synthesize(self, request: SynthesisRequest) -> tuple[np.ndarray, Any]:
-        stream = self.service.synthesize(request, store=False, entry="prerender")
+        # unmarked (the cache entry too): the files are marked after post-processing (_render)
+        stream = self.service.synthesize(request, store=False, entry="prerender", watermark=False)
         parts = []
         try:
             for chunk in stream:
@@ -335,6 +345,8 @@ class _Run:
             if len(pcm) == 0:
                 raise InvalidRequest("the model produced no audio for this prompt", field="text")
             processed, facts = postprocess(pcm, post)
+            if self.service.watermarker is not None:
+                processed = self.service.watermarker.apply(processed, NATIVE_SAMPLE_RATE)
             files = {
                 p.name: encode_leveled(processed, p, post.loudness_lufs, post.peak_dbfs) for p in self.presets
             }
