@@ -1,5 +1,6 @@
 """A new user's first run: a demo model that ends its speech, no kernel build for a tiny model, a
-one-shot CLI that validates its arguments before loading anything and warms nothing it won't use."""
+one-shot CLI that validates its arguments before loading anything and warms nothing it won't use, and
+marks its file when the watermark is on."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 
 from voxcast import Engine, EngineConfig
 from voxcast.kernels import native
 from voxcast.serving.cli.main import main
 from voxcast.testing.qwen3_tts import make_test_model
+from voxcast.watermark.perth import PerthWatermarker, find_perth_weights
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TEXT = "Hello from voxcast. This is streaming speech."  # scripts/demo.sh's default sentence
@@ -92,3 +96,22 @@ def test_synth_validates_arguments_before_loading_a_model(
     code = main(["synth", "hi", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "x.xyz")])
     err = capsys.readouterr().err
     assert code == 2 and "'.xyz'" in err and "no-model" not in err
+
+
+@pytest.mark.skipif(find_perth_weights() is None, reason="resemble-perth is not installed")
+def test_synth_marks_its_file_when_the_watermark_is_on(
+    demo_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VOXCAST_STORAGE_DIR", str(tmp_path / "store"))
+    args = ["synth", DEMO_TEXT, "--model", str(demo_model), "--voice", "ryan", "--seed", "8"]
+    assert main([*args, "--out", str(tmp_path / "plain.wav")]) == 0
+    monkeypatch.setenv("VOXCAST_WATERMARK", "perth")
+    for name in ("marked.wav", "again.wav"):  # the second from the (unmarked) cache, marked once
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+    plain, sr = sf.read(tmp_path / "plain.wav", dtype="float32")
+    marked, _ = sf.read(tmp_path / "marked.wav", dtype="float32")
+    again, _ = sf.read(tmp_path / "again.wav", dtype="float32")
+    want = PerthWatermarker.load().apply(plain, sr)
+    assert sr == 24000 and len(marked) == len(want) and np.array_equal(marked, again)
+    np.testing.assert_allclose(marked, want, atol=4 / 32768)
+    assert not np.allclose(marked, plain[: len(marked)], atol=4 / 32768)
