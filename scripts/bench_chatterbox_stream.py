@@ -69,6 +69,20 @@ def metrics(streamed: np.ndarray, ref: np.ndarray, bounds: list[int], costs: lis
         "last_over_second": costs[-1] / costs[1] if len(costs) > 1 else None,
         "chunk_ms": [round(c * 1000, 1) for c in costs],
         "total_s": sum(costs),
+        **_flatness(bounds, costs, len(s)),
+    }
+
+
+def _flatness(bounds: list[int], costs: list[float], total: int) -> dict[str, Any]:
+    """Cost of the last chunk of the largest size over the first of that size (the ramp's smaller
+    chunks left out): ~1.0 when a chunk's cost does not grow with the utterance."""
+    sizes = [b - a for a, b in zip([0, *bounds], [*bounds, total], strict=False)][: len(costs)]
+    big = max(sizes) if sizes else 0
+    same = [c for n, c in zip(sizes, costs, strict=False) if n == big]
+    return {
+        "chunk_samples": sizes,
+        "full_chunks": len(same),
+        "full_chunk_last_over_first": same[-1] / same[0] if len(same) > 1 else None,
     }
 
 
@@ -146,11 +160,15 @@ def main() -> int:
             m = metrics(audio, ref_np, bounds, costs)
             sweep[item] = {
                 k: m[k]
-                for k in ("max_abs_diff", "snr_db", "boundary_jump_ratio", "chunk_ms_median", "total_s")
-            }
+                for k in (
+                    "max_abs_diff", "snr_db", "boundary_jump_ratio", "chunk_ms_median", "total_s",
+                    "chunk_ms", "chunk_samples", "full_chunks", "full_chunk_last_over_first",
+                )
+            }  # fmt: skip
             print(
                 f"left {left:3d} right {right:2d}: max|diff| {m['max_abs_diff']:.2e}  SNR {m['snr_db']:6.1f} dB  "
-                f"boundary {m['boundary_jump_ratio']:.2f}  median chunk {m['chunk_ms_median']:.0f} ms"
+                f"boundary {m['boundary_jump_ratio']:.2f}  median chunk {m['chunk_ms_median']:.0f} ms  "
+                f"last / first full chunk {m['full_chunk_last_over_first'] or 0:.2f}x ({m['full_chunks']} chunks)"
             )
         doc = {
             "machine": machine_info(),
