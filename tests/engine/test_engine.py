@@ -55,6 +55,9 @@ def _ref_audio_b64(seconds: float = 2.0, sr: int = 16000, channels: int = 2) -> 
 
 def test_load_warms_every_path_and_reports_it(cv_engine: Engine) -> None:
     assert cv_engine.warmed and cv_engine.warmup_ms > 0 and cv_engine.load_ms > 0
+    parts = cv_engine.warmup_parts  # the split, in order, adding up to the whole
+    assert list(parts) == ["prepare", "requests", "prefixes", "calibration"] and parts["requests"] > 0
+    assert sum(parts.values()) == pytest.approx(cv_engine.warmup_ms, abs=1.0)
     _, timing = _run(cv_engine, greedy=True, max_frames=4)
     assert timing.cold is False and timing.load_ms == cv_engine.load_ms
 

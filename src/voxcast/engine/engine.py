@@ -151,6 +151,9 @@ class Engine:
         """Called with ``loading``, ``warming``, ``ready`` or ``unloaded`` around an idle unload/reload."""
         self.load_ms = load_ms
         self.warmup_ms = 0.0
+        #: The warm-up's parts in ms (``prepare``: recorded steps per batch size; ``requests``: the
+        #: warm-up requests; ``prefixes``: the named speakers' prompt prefixes; ``calibration``).
+        self.warmup_parts: dict[str, float] = {}
         self.warmed = False
         self.keep_codes = False
         self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
@@ -506,20 +509,33 @@ class Engine:
     def _warmup(self) -> None:
         from voxcast.engine.warmup import warmup_requests
 
-        t0 = time.perf_counter()
+        t0 = t = time.perf_counter()
+        parts: dict[str, float] = {}
+
+        def lap(name: str) -> None:
+            nonlocal t
+            now = time.perf_counter()
+            parts[name] = round((now - t) * 1000, 1)
+            t = now
+
         # e.g. the code predictor's recorded steps for every batch size
         on_fresh_thread(lambda: self.model.prepare_batches(self.config.max_active))
+        lap("prepare")
         pairs = on_fresh_thread(lambda: list(warmup_requests(self)))
         for request, voice in pairs:
             for _ in self.synthesize(request, voice):
                 pass
+        lap("requests")
         # the named speakers' prompt prefixes, so no first request computes one
         on_fresh_thread(self.model.fill_speaker_prefixes)
+        lap("prefixes")
         if self.config.decode_thread == "auto":
             self._calibrate_or_recall(pairs[0])
+        lap("calibration")
         self.warmup_ms = (time.perf_counter() - t0) * 1000
+        self.warmup_parts = parts
         self.warmed = True
-        log.info("warm-up done in %.0f ms", self.warmup_ms)
+        log.info("warm-up done in %.0f ms: %s", self.warmup_ms, parts)
         self.heap_trim = trim_heap()  # what loading and warm-up freed but the allocator kept
 
     def calibrate_decode_thread(

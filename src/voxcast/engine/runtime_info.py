@@ -28,5 +28,6 @@ def runtime_choices(engine: Engine) -> dict[str, Any]:
         "precision": precision.as_dict() if precision is not None else None,
         "decode_thread": engine.decode_threaded,
         "decode_calibration": engine.decode_calibration,
+        "warmup_parts_ms": engine.warmup_parts,
         "heap_trim": engine.heap_trim,
     }
