@@ -45,7 +45,7 @@ from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, Store
 from voxcast.storage.keys import validate_key
 from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
-from voxcast.watermark import load_watermarker, mark_file, watermark_from_env
+from voxcast.watermark import check_watermark, load_watermarker, mark_file, watermark_from_env
 from voxcast.watermark.perth import PerthWatermarker
 
 __all__ = ["EncodedChunk", "Service", "ServiceConfig", "ServiceStream", "SynthesisResult"]
@@ -80,7 +80,8 @@ class ServiceConfig:
             reports the write unconfirmed), ``VOXCAST_STORE_BREAKER_FAILURES`` (3 in a row open it),
             ``VOXCAST_STORE_BREAKER_COOLDOWN_S`` (30 s skipped, then one probe).
         watermark: the watermark on stored renders (``VOXCAST_WATERMARK``: ``off``, the default, or
-            ``perth``; :mod:`voxcast.watermark`); live streams are never marked.
+            ``perth``; :mod:`voxcast.watermark`): the stored copy and a file returned whole are
+            marked, live streams are not (a cache hit streams the stored, marked copy).
         watermark_model: the watermark's weights (``VOXCAST_WATERMARK_MODEL``; default: the installed
             resemble-perth package's).
     """
@@ -94,6 +95,7 @@ class ServiceConfig:
     watermark_model: str | None = None
 
     def __post_init__(self) -> None:
+        check_watermark(self.watermark)
         if not 1 <= self.url_expires_s <= MAX_URL_EXPIRES_S:
             raise ValueError(f"VOXCAST_URL_EXPIRES_S must be 1..{MAX_URL_EXPIRES_S} (S3 allows 7 days)")
 
@@ -173,6 +175,13 @@ def _wav_samples(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield data
 
 
+def _tee(chunks: Iterator[bytes], into: list[bytes]) -> Iterator[bytes]:
+    """``chunks``, each also appended to ``into``."""
+    for chunk in chunks:
+        into.append(chunk)
+        yield chunk
+
+
 def _close_late_hit(hit: CachedStream | None) -> None:
     """A cache lookup answered after its deadline: the request went on without it."""
     if hit is not None:
@@ -204,6 +213,7 @@ class ServiceStream(Iterator[EncodedChunk]):
         entry: str = "python",
         feed: TextFeed | None = None,
         watermark: bool = True,
+        keep_file: bool = False,
     ) -> None:
         self.request = request
         #: Text that arrives in pieces (:meth:`Service.open`), else None.
@@ -218,6 +228,10 @@ class ServiceStream(Iterator[EncodedChunk]):
         self._store = store
         #: Mark what is stored when the service has a watermark (off: the caller marks its own audio).
         self.watermark = watermark
+        #: Keep the complete file in :attr:`file` (what is stored: marked where the watermark is on).
+        self.keep_file = keep_file
+        #: With ``keep_file``: after iteration, the complete file (None: cancelled, or it failed).
+        self.file: bytes | None = None
         self._it: Iterator[EncodedChunk] | None = None
         self._engine_stream: SynthesisStream | None = None
         self._cancelled = False
@@ -419,6 +433,7 @@ class Service:
         store: bool | None = None,
         entry: str = "python",
         watermark: bool = True,
+        keep_file: bool = False,
     ) -> ServiceStream:
         """Validate ``request`` and return a lazy stream of encoded chunks.
 
@@ -429,6 +444,9 @@ class Service:
             watermark: with the service's watermark on, mark the copy it stores (the cache's entry
                 included); off, the stored copy and the cache entry are unmarked (a caller that
                 post-processes the audio marks the result itself, as prerendering does).
+            keep_file: keep the complete file in ``stream.file`` after iteration: the file that is
+                (or would be) stored, so marked where the watermark is on (a render returned whole,
+                e.g. a RunPod ``stream: false`` job or ``voxcast synth``).
 
         Raises:
             InvalidRequest: the request is malformed (model-dependent errors come from iteration).
@@ -440,7 +458,7 @@ class Service:
             log_request("", entry, self.metrics.model, None, None, e.code)
             raise
         store = self.config.store_audio if store is None else store
-        return ServiceStream(self, req, store, entry, watermark=watermark)
+        return ServiceStream(self, req, store, entry, watermark=watermark, keep_file=keep_file)
 
     def open(
         self,
@@ -493,7 +511,7 @@ class Service:
         watermark (the cache key's ``extra``)."""
         settings = dict(self.engine.render_settings or {})
         if watermark and self.watermarker is not None:
-            settings["watermark"] = self.watermarker.name
+            settings["watermark"] = self.watermarker.identity
         return settings or None
 
     def _cache_open(self, key: str, timing: Timing) -> CachedStream | None:
@@ -522,8 +540,11 @@ class Service:
     ) -> Iterator[EncodedChunk]:
         req = s.request
         seq, total = 0, 0
+        kept: list[bytes] = []
         with hit:
             body = hit.iter_chunks(CACHE_READ_CHUNK_BYTES)
+            if s.keep_file:
+                body = _tee(body, kept)
             if req.response_format in _RAW_G711:
                 body = _wav_samples(body)
             for data in body:
@@ -538,6 +559,10 @@ class Service:
                 yield EncodedChunk(seq, data, req.response_format, req.sample_rate, 0, t_ms)
                 seq += 1
         meta = hit.audio.metadata
+        if s.keep_file and not s.cancelled:
+            s.file = b"".join(kept)
+        if meta.get("watermark"):
+            timing.extra["watermark"] = meta["watermark"]
         timing.cache_hit = True
         timing.chunks = seq
         timing.total_ms = (time.perf_counter() - t0) * 1000
@@ -559,7 +584,8 @@ class Service:
             es.cancel()
         parts: list[bytes] = []
         persist = s._store or key is not None
-        marked: list[np.ndarray] | None = [] if persist and s.watermark and self.watermarker else None
+        whole = persist or s.keep_file  # the complete file is needed
+        marked: list[np.ndarray] | None = [] if whole and s.watermark and self.watermarker else None
         seq = held = 0
         for chunk in es:
             if marked is not None:
@@ -592,25 +618,32 @@ class Service:
         if s.feed is not None:  # the text as spoken, for the request log and the result
             s.request = req = req.model_copy(update={"text": normalize_text(s.feed.snapshot()[0])})
         audio_key, error = None, None
-        if timing.finish_reason != "cancelled" and persist:
-            audio_key, error = self._persist(
-                s, key, self._stored_file(streamed, encoder, marked, timing), timing
-            )
+        if timing.finish_reason != "cancelled" and whole:
+            whole_file, error = self._stored_file(streamed, encoder, marked, timing)
+            s.file = whole_file if s.keep_file else None
+            if persist and whole_file is not None:
+                audio_key, error = self._persist(s, key, whole_file, timing)
         error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)
 
     def _stored_file(
         self, streamed: bytes, encoder: StreamEncoder, marked: list[np.ndarray] | None, timing: Timing
-    ) -> bytes:
-        """The complete file to store: the stream's bytes, or the watermarked audio encoded alike."""
+    ) -> tuple[bytes | None, str | None]:
+        """``(file, None)``: the complete file to store, the stream's bytes or the watermarked audio
+        encoded alike; ``(None, error)`` when marking failed (the audio already went out: the request
+        stands, nothing is stored, the error is reported like a storage failure)."""
         fmt, rate = encoder.format, encoder.sample_rate
-        if marked is None or self.watermarker is None:
-            return stream_to_file(fmt, rate, streamed, encoder.samples)
+        if marked is None or self.watermarker is None or not any(len(p) for p in marked):
+            return stream_to_file(fmt, rate, streamed, encoder.samples), None
         t0 = time.perf_counter()
-        data = mark_file(self.watermarker, marked, self.engine.sample_rate, fmt, rate)
+        try:
+            data = mark_file(self.watermarker, marked, self.engine.sample_rate, fmt, rate)
+        except Exception as e:
+            log.exception("marking the stored copy failed; nothing stored")
+            return None, f"watermark failed, nothing stored: {e}"
         timing.extra["watermark"] = self.watermarker.name
         timing.extra["watermark_ms"] = round((time.perf_counter() - t0) * 1000, 1)
-        return data
+        return data, None
 
     def _persist(
         self, s: ServiceStream, key: str | None, data: bytes, timing: Timing
@@ -622,6 +655,8 @@ class Service:
             "frames": str(timing.frames),
             "request_id": s.request_id,
         }
+        if "watermark" in timing.extra:  # a cache hit reports it from here
+            meta["watermark"] = str(timing.extra["watermark"])
         try:
             return self.store_guard.write(lambda: self._write(s, key, data, meta, timing)), None
         except StoreTimeout as e:

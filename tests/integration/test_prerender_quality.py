@@ -38,10 +38,13 @@ class ScriptedService:
     seeds: list[int] = field(default_factory=list)
     engine: Any = field(default_factory=lambda: SimpleNamespace(identity="scripted@1"))
     watermarker: Any = None
+    #: the ``watermark`` argument of every call (prerender asks for unmarked audio: it marks its own)
+    watermark_args: list[bool] = field(default_factory=list)
 
     def synthesize(
         self, request: Any, store: bool = True, entry: str = "python", watermark: bool = True
     ) -> Any:
+        self.watermark_args.append(watermark)
         req = parse_request(request)
         seed = req.sampling.seed
         self.seeds.append(seed)

@@ -55,6 +55,10 @@ class _Tap:
     def result(self) -> Any:
         return self.stream.result
 
+    @property
+    def file(self) -> Any:
+        return self.stream.file
+
 
 class _TappedService:
     """The real service, with every stream it returns wrapped in a :class:`_Tap`."""

@@ -41,7 +41,9 @@ def test_marked_audio_is_the_officials(
     got = ours.apply(x, sample_rate)
     assert got.dtype == np.float32 and got.shape == want.shape
     assert np.array_equal(got, want), float(np.abs(got - want).max())
-    assert not np.array_equal(got[: len(x)], x[: len(got)])  # a mark was put on
+    if seconds >= 2:  # a mark was put on: the official detector finds it (and not on the input)
+        assert official.get_watermark(got, sample_rate) == 1.0  # type: ignore[attr-defined]
+        assert official.get_watermark(x, sample_rate) == 0.0  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("sample_rate", [24000, 32000])

@@ -15,7 +15,7 @@ import torch
 from voxcast.audio.formats import AudioFormat
 from voxcast.errors import CheckpointError
 from voxcast.testing.signals import speech_like
-from voxcast.watermark import load_watermarker, mark_file, watermark_from_env
+from voxcast.watermark import check_watermark, load_watermarker, mark, mark_file, watermark_from_env
 from voxcast.watermark.perth import PerthConfig, PerthWatermarker, find_perth_weights
 
 packaged = pytest.mark.skipif(find_perth_weights() is None, reason="resemble-perth is not installed")
@@ -46,6 +46,12 @@ def test_packaged_weights_mark_what_their_detector_finds() -> None:
         assert marked.dtype == np.float32 and 0 <= len(x) - len(marked) < 24000 // 100 + 1  # at most one hop
         assert wm.detect(marked, 24000) > 0.9
         assert wm.detect(x, 24000) < 0.1
+    assert wm.detect(np.zeros(48000, dtype=np.float32), 24000) == 0.0  # silence: no mark, no NaN
+    x = speech_like(2.013, 24000, seed=9)  # not a whole number of 10 ms hops
+    padded = mark(wm, x, 24000)  # as long as the input: the official output, then zeros
+    official = wm.apply(x, 24000)
+    assert len(padded) == len(x) > len(official)
+    assert np.array_equal(padded[: len(official)], official) and not padded[len(official) :].any()
 
 
 @packaged
@@ -54,8 +60,8 @@ def test_a_marked_file_decodes_to_the_marked_audio() -> None:
     x = speech_like(2.0, 24000, seed=3)
     data = mark_file(wm, [x[:20000], x[20000:]], 24000, AudioFormat.WAV, 24000)
     pcm, sr = sf.read(io.BytesIO(data), dtype="float32")
-    want = wm.apply(x, 24000)
-    assert sr == 24000 and len(pcm) == len(want)
+    want = mark(wm, x, 24000)
+    assert sr == 24000 and len(pcm) == len(want) == len(x)
     assert np.abs(pcm - want).max() < 1 / 16000  # int16 rounding only
     assert wm.detect(pcm, 24000) > 0.9
 
@@ -68,7 +74,9 @@ def test_loads_the_newest_checkpoint_of_a_folder_or_a_file(tmp_path: Path) -> No
     wm = PerthWatermarker.load(new)
     x = speech_like(1.0, 24000, seed=4)
     assert np.array_equal(wm.apply(x, 24000), PerthWatermarker.load(tmp_path / "w").apply(x, 24000))
-    assert 0.0 <= wm.detect(x, 24000) <= 1.0
+    other = PerthWatermarker.load(old)
+    assert not np.array_equal(other.apply(x, 24000), wm.apply(x, 24000))
+    assert wm.identity != other.identity and wm.identity.startswith("perth-")  # cache keys tell them apart
 
 
 def test_audio_shorter_than_half_a_window_is_left_as_it_is(tmp_path: Path) -> None:
@@ -87,13 +95,16 @@ def test_refuses_what_is_not_a_perth_checkpoint(tmp_path: Path) -> None:
     evil = tmp_path / "evil" / "perth_net_1.pth.tar"
     evil.parent.mkdir()
     evil.write_bytes(pickle.dumps({"model": {}, "step": 1, "code": print}, protocol=2))  # beyond tensors
-    with pytest.raises(CheckpointError, match="not a Perth checkpoint of tensors"):
+    with pytest.raises(CheckpointError, match=r"VOXCAST_WATERMARK_MODEL.*not a checkpoint of tensors"):
+        PerthWatermarker.load(evil)
+    (tmp_path / "evil" / "hparams.yaml").write_text("hidden_size: [1, 2\n")
+    with pytest.raises(CheckpointError, match=r"VOXCAST_WATERMARK_MODEL.*hparams\.yaml"):
         PerthWatermarker.load(evil)
     path = _random_weights(tmp_path / "w", 5)
     state = torch.load(path, weights_only=True)
     del state["model"]["encoder.layers.0.conv.weight"]
     torch.save(state, path)
-    with pytest.raises(CheckpointError, match="Perth encoder"):
+    with pytest.raises(CheckpointError, match=r"VOXCAST_WATERMARK_MODEL.*encoder"):
         PerthWatermarker.load(path)
 
 
@@ -106,6 +117,10 @@ def test_settings_name_their_variable() -> None:
     with pytest.raises(ValueError, match="VOXCAST_WATERMARK='audioseal'"):
         watermark_from_env({"VOXCAST_WATERMARK": "audioseal"})
     assert load_watermarker("off") is None
+    with pytest.raises(ValueError, match="watermark='Perth'"):
+        check_watermark("Perth")
+    with pytest.raises(ValueError, match="watermark='audioseal'"):
+        load_watermarker("audioseal")
 
 
 def test_perth_without_weights_fails_naming_the_way_to_get_them(monkeypatch: pytest.MonkeyPatch) -> None:

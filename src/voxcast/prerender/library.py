@@ -55,6 +55,7 @@ from voxcast.prerender.presets import (
 )
 from voxcast.storage.base import BlobNotFound
 from voxcast.storage.keys import canonical_json, sha256_hex, validate_key
+from voxcast.watermark import mark
 
 if TYPE_CHECKING:
     from voxcast.engine.request import SynthesisRequest
@@ -239,7 +240,7 @@ class _Run:
         self.manifest_key = validate_key(self.prefix + "manifest.json")
         self.model = str(service.engine.identity)
         #: The watermark put on every file after post-processing, if the service has one.
-        self.watermark = service.watermarker.name if service.watermarker is not None else None
+        self.watermark = service.watermarker.identity if service.watermarker is not None else None
         self.presets = [PRESETS[n] for n in spec.presets]
         self._progress = progress
         self._heartbeat = heartbeat or (lambda: None)
@@ -346,7 +347,8 @@ class _Run:
                 raise InvalidRequest("the model produced no audio for this prompt", field="text")
             processed, facts = postprocess(pcm, post)
             if self.service.watermarker is not None:
-                processed = self.service.watermarker.apply(processed, NATIVE_SAMPLE_RATE)
+                processed = mark(self.service.watermarker, processed, NATIVE_SAMPLE_RATE)
+                facts["watermark"] = self.service.watermarker.name
             files = {
                 p.name: encode_leveled(processed, p, post.loudness_lufs, post.peak_dbfs) for p in self.presets
             }

@@ -18,8 +18,11 @@ a conv stack at 1.25x, 1x and 0.75x the frame rate and mixes their masked means 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,17 +159,23 @@ class PerthWatermarker:
     Build with :meth:`load`. Stateless between calls and safe to share between threads.
     """
 
-    #: The watermark's name (``VOXCAST_WATERMARK``, cache keys, prerender hashes).
+    #: The watermark's name (``VOXCAST_WATERMARK``; ``timing.extra.watermark``, stored metadata).
     name = "perth"
 
-    def __init__(self, cfg: PerthConfig, state: Mapping[str, Tensor], source: str = "") -> None:
+    def __init__(
+        self, cfg: PerthConfig, state: Mapping[str, Tensor], source: str = "", identity: str = "perth"
+    ) -> None:
         self.cfg = cfg
         self.source = source
+        #: The watermark and its weights (cache keys, prerender hashes: other weights, other files).
+        self.identity = identity
         self._encoder = _Encoder(cfg.hidden_size, cfg.subband)
-        self._decoder = _Decoder(cfg.hidden_size, cfg.subband)
-        _load_parts(state, encoder=self._encoder, decoder=self._decoder)
+        _load_parts(state, encoder=self._encoder)
         self._encoder.eval().requires_grad_(False)
-        self._decoder.eval().requires_grad_(False)
+        # the detector only serves detect(): built on its first call
+        self._decoder_state = {k: v for k, v in state.items() if k.startswith("decoder.")}
+        self._decoder: _Decoder | None = None
+        self._decoder_lock = threading.Lock()
         self._window = torch.hann_window(cfg.window_size)
 
     @classmethod
@@ -179,17 +188,27 @@ class PerthWatermarker:
         """
         folder, file = _resolve(path)
         hp = folder / "hparams.yaml"
-        raw = yaml.safe_load(hp.read_text()) if hp.is_file() else {}
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{hp}: not a mapping of hyperparameters")
         try:
-            ckpt = torch.load(file, map_location="cpu", weights_only=True)
+            raw = yaml.safe_load(hp.read_text()) if hp.is_file() else {}
+            if not isinstance(raw, dict):
+                raise TypeError("not a mapping")
+            cfg = PerthConfig.from_mapping(raw)
+        except CheckpointError:
+            raise
+        except Exception as e:  # YAML syntax, a mapping of the wrong kind, unknown values
+            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {hp}: {e}") from e
+        data = file.read_bytes()
+        try:
+            ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as e:  # a pickle beyond tensors, a truncated file
-            raise CheckpointError(f"{file}: not a Perth checkpoint of tensors: {e}") from e
+            raise CheckpointError(
+                f"Perth weights (VOXCAST_WATERMARK_MODEL): {file}: not a checkpoint of tensors: {e}"
+            ) from e
         state = ckpt.get("model") if isinstance(ckpt, dict) else None
         if not isinstance(state, dict):
-            raise CheckpointError(f"{file}: no 'model' state dict")
-        return cls(PerthConfig.from_mapping(raw), state, source=str(file))
+            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {file}: no 'model' state dict")
+        identity = f"perth-{hashlib.sha256(data).hexdigest()[:16]}"
+        return cls(cfg, state, source=str(file), identity=identity)
 
     # -- the official steps ----------------------------------------------------------------
     def _magphase(self, signal: np.ndarray) -> tuple[Tensor, Tensor]:
@@ -255,7 +274,17 @@ class PerthWatermarker:
         if x.shape[0] <= self.cfg.n_fft // 2:
             return 0.0
         mag, _ = self._magphase(x)
-        return float(self._decoder(mag[None])[0].clip(0.0, 1.0))
+        if not _loud_frames(mag[None]).any():  # silence: no frame to read a mark from
+            return 0.0
+        return float(self._detector()(mag[None])[0].clip(0.0, 1.0))
+
+    def _detector(self) -> _Decoder:
+        with self._decoder_lock:
+            if self._decoder is None:
+                decoder = _Decoder(self.cfg.hidden_size, self.cfg.subband)
+                _load_parts(self._decoder_state, decoder=decoder)
+                self._decoder = decoder.eval().requires_grad_(False)
+            return self._decoder
 
 
 def _resample_polyphase(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
@@ -277,7 +306,7 @@ def _load_parts(state: Mapping[str, Tensor], **parts: nn.Module) -> None:
         try:
             module.load_state_dict(sub, strict=True)
         except RuntimeError as e:
-            raise CheckpointError(f"Perth {name}: {e}") from e
+            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {name}: {e}") from e
 
 
 def find_perth_weights() -> Path | None:
@@ -304,8 +333,8 @@ def _resolve(path: str | Path | None) -> tuple[Path, Path]:
     if p.is_file():
         return p.parent, p
     if not p.is_dir():
-        raise CheckpointError(f"Perth weights: {p} does not exist")
+        raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {p} does not exist")
     ckpts = [(int(m.group(1)), f) for f in p.iterdir() if (m := _CHECKPOINT.search(f.name))]
     if not ckpts:
-        raise CheckpointError(f"Perth weights: no *_<step>.pth.tar in {p}")
+        raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): no *_<step>.pth.tar in {p}")
     return p, max(ckpts)[1]

@@ -190,12 +190,9 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from voxcast.audio.encode import stream_to_file
     from voxcast.engine.request import parse_request
     from voxcast.service import Service, ServiceConfig
-    from voxcast.watermark import mark_file
 
     if (args.text is None) == (not args.stdin):
         raise CommandError("give the text, or --stdin to read it as it arrives (not both)", code=2)
@@ -219,11 +216,8 @@ def run(args: argparse.Namespace) -> int:
     request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
     service = Service.load(ServiceConfig.from_env(_env(args)))
     try:
-        marker = service.watermarker  # VOXCAST_WATERMARK: the file is a render, so it is marked
-        if marker is not None:  # generated as native PCM, marked, then encoded as asked
-            request = request.model_copy(update={"response_format": AudioFormat.PCM, "sample_rate": 24000})
-        # unmarked from the service (and its cache): the file is marked here, once
-        stream = service.synthesize(request, store=False, entry="cli", watermark=False)
+        # the complete file as the service would store it (marked where VOXCAST_WATERMARK is on)
+        stream = service.synthesize(request, store=False, entry="cli", keep_file=True)
         t0 = time.perf_counter()
         parts = []
         for chunk in stream:
@@ -233,11 +227,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         body = b"".join(parts)
-        if marker is not None:
-            pcm = np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768
-            out.write_bytes(mark_file(marker, [pcm], 24000, fmt, args.sample_rate) if parts else b"")
-        else:
-            out.write_bytes(stream_to_file(fmt, args.sample_rate, body) if parts else b"")
+        whole = stream.file if stream.file is not None else stream_to_file(fmt, args.sample_rate, body)
+        out.write_bytes(whole if parts else b"")
         result = stream.result
         assert result is not None
         print(

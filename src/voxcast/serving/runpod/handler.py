@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import file_content_type
 from voxcast.engine.request import MAX_REF_AUDIO_BYTES, SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import Cancelled, EngineUnavailable, InvalidRequest, VoxcastError
@@ -171,7 +170,10 @@ class RunpodHandler:
     async def _synthesize(self, job_id: str, data: Any) -> AsyncIterator[dict[str, Any]]:
         t0, started_unix = time.perf_counter(), time.time()
         request = self._parse(job_id, data)
-        stream = await asyncio.to_thread(self.service.synthesize, request, store=True, entry="runpod")
+        # stream: false returns the file whole: the stored one (marked where VOXCAST_WATERMARK is on)
+        stream = await asyncio.to_thread(
+            self.service.synthesize, request, store=True, entry="runpod", keep_file=not request.stream
+        )
         mirror = await self._open_mirror(job_id, request)
         pump = ThreadPump(
             stream,
@@ -180,7 +182,7 @@ class RunpodHandler:
             name=f"voxcast-job-{job_id}"[:60],
         ).start()
         unwatch = self._watch_task(job_id, stream, pump, mirror)
-        seq, kept, size, first_ms = 0, [], 0, None
+        seq, first_ms = 0, None
         shutdown: list[str] = []
 
         def stop_for_shutdown(reason: str) -> None:  # the drain's thread, at its deadline
@@ -191,12 +193,7 @@ class RunpodHandler:
         try:
             with tracked:
                 async for chunk in pump:
-                    size += len(chunk.data)
-                    if not request.stream:  # keep the file only while it may still be inlined
-                        if size <= self.config.inline_max_bytes:
-                            kept.append(chunk.data)
-                        else:
-                            kept.clear()
+                    if not request.stream:  # the file comes whole, in the final message
                         continue
                     for message in self._chunk_messages(self._coalesce(pump, chunk), seq):
                         if first_ms is None:
@@ -219,8 +216,8 @@ class RunpodHandler:
                 "first_message_ms": first_ms,
                 "total_ms": total_ms,
             }
-            fmt, rate = request.response_format, request.sample_rate
-            inline = stream_to_file(fmt, rate, b"".join(kept)) if kept else None
+            fmt, whole = request.response_format, stream.file
+            inline = whole if whole and len(whole) <= self.config.inline_max_bytes else None
             log.info("job %s: done, %d messages, %.1f ms", job_id, seq, total_ms)
             yield final_message(
                 result, seq=seq, messages=seq, inline_audio=inline, inline_content_type=file_content_type(fmt)
