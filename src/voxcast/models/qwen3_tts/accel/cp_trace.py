@@ -8,19 +8,26 @@ runs the same ATen operations on the same inputs in the same order, so outputs a
 the eager forward (tested), which keeps the official-parity guarantees; int8 (dynamically quantized)
 Linears are recorded as well.
 
+Each step is traced as a function where it can be: the weights enter its graph as constants (the
+same tensors, not copies), and TorchScript does not convert the code predictor's module tree, which
+made recording take 3x longer (0.6B int8, 2 cores: 1.07 s for the batch-1 steps as one traced module
+against 0.35 s as functions, outputs bitwise equal). fbgemm's packed int8 weights (the rows that
+voxcast's kernel does not take) cannot be graph constants: those steps are traced as methods of one
+module (:func:`torch.jit.trace_module`, which converts the module tree once for all 15).
+
 The cache tensors are inputs of the recorded steps (they are written in place), so one recording
 serves every frame of every stream of that batch size; the code predictor's shared per-batch-size
 caches (:meth:`CodePredictor.shared_cache`) are passed in. Batch sizes are rounded up to powers of
 two (zero rows fill the batch; a row's values then equal the unpadded batch's up to float rounding,
-as any two batch sizes do). Recording takes 5-8 s per batch size on the full-size model, so the
-engine's warm-up records every size up to ``max_active`` (:meth:`TracedSteps.prepare_upto`);
+as any two batch sizes do). Recording takes about a second per batch size on the full-size model
+(traced, then run a few times), so the engine's warm-up records every size up to ``max_active``
+(:meth:`TracedSteps.prepare_upto`);
 otherwise a size is recorded on first use. Measured (``scripts/bench_decode.py --size 0.6b``):
 code predictor 1.1x faster per frame in float32, 1.4x with int8 weights.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import warnings
@@ -44,23 +51,23 @@ _WARM_RUNS = 3
 
 
 class _Steps(nn.Module):
-    """The intra-frame forwards as methods ``step0`` .. ``step14`` of one module, at fixed positions,
-    with the per-layer caches as inputs.
-
-    One module for all of them, so that :func:`torch.jit.trace_module` converts the code predictor's
-    module tree once per batch size: tracing a module per step converted it 15 times, ~0.4 s each on
-    2 cores, half of the recording time.
-    """
+    """The intra-frame forwards as methods ``step0`` .. ``step14`` of one module (the fallback)."""
 
     def __init__(self, cp: CodePredictor, starts: list[int]) -> None:
         super().__init__()
         self.cp = cp
         for i, start in enumerate(starts):
-            setattr(self, f"step{i}", functools.partial(self._forward, start))
+            setattr(self, f"step{i}", _step_at(cp, start))
 
-    def _forward(self, start: int, embeds: Tensor, ks: list[Tensor], vs: list[Tensor]) -> Tensor:
+
+def _step_at(cp: CodePredictor, start: int) -> Callable[[Tensor, list[Tensor], list[Tensor]], Tensor]:
+    """The intra-frame forward at ``start`` as a function of the embeddings and the per-layer caches."""
+
+    def step(embeds: Tensor, ks: list[Tensor], vs: list[Tensor]) -> Tensor:
         cache = [KVCache.wrap(k, v) for k, v in zip(ks, vs, strict=True)]
-        return self.cp._forward(embeds, cache, start)
+        return cp._forward(embeds, cache, start)
+
+    return step
 
 
 class TracedSteps:
@@ -88,18 +95,25 @@ class TracedSteps:
         hidden = first.embedding_dim
         ks, vs = [c.k for c in cache], [c.v for c in cache]
         starts = self.starts()
-        examples = {
-            f"step{i}": (torch.zeros(batch, length, hidden, dtype=w.dtype, device=w.device), ks, vs)
-            for i, (_, length) in enumerate(starts)
-        }
+        examples = [
+            (torch.zeros(batch, length, hidden, dtype=w.dtype, device=w.device), ks, vs)
+            for _, length in starts
+        ]
         with warnings.catch_warnings():  # tracer notes on Python values baked into the graph
             warnings.simplefilter("ignore")
-            module = _Steps(cp, [start for start, _ in starts])
-            traced = torch.jit.trace_module(module, examples, check_trace=False)
-        steps = [getattr(traced, name) for name in examples]
+            try:
+                steps = [
+                    torch.jit.trace(_step_at(cp, start), example, check_trace=False)
+                    for (start, _), example in zip(starts, examples, strict=True)
+                ]
+            except RuntimeError:  # fbgemm's packed weights: not a graph constant, trace the module
+                module = _Steps(cp, [start for start, _ in starts])
+                names = {f"step{i}": example for i, example in enumerate(examples)}
+                traced = torch.jit.trace_module(module, names, check_trace=False)
+                steps = [getattr(traced, name) for name in names]
         # TorchScript profiles a recording's first runs and then optimises it (hundreds of ms per
         # step): pay that here, not in the first frame that uses this batch size.
-        for step, example in zip(steps, examples.values(), strict=True):
+        for step, example in zip(steps, examples, strict=True):
             for _ in range(_WARM_RUNS):
                 step(*example)
         self._steps[batch] = steps
