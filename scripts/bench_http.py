@@ -191,6 +191,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument(
+        "--handoff-ms",
+        type=float,
+        default=EngineConfig.handoff_ms,
+        help="the engine's first-chunk hand-off pause (VOXCAST_HANDOFF_MS; 0 = off)",
+    )
+    ap.add_argument(
         "--switch-ms",
         default="",
         help="comma-separated GIL switch intervals (ms) to compare, alternated rep by rep in this one "
@@ -211,7 +217,14 @@ def main() -> int:
 
     path = checkpoint(args.size, "custom_voice")
     engine = Engine.load(
-        EngineConfig(model=str(path), device="cpu", quant=args.quant, max_active=max(levels), warmup=True)
+        EngineConfig(
+            model=str(path),
+            device="cpu",
+            quant=args.quant,
+            max_active=max(levels),
+            warmup=True,
+            handoff_ms=args.handoff_ms,
+        )
     )
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

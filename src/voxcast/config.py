@@ -128,6 +128,12 @@ class EngineConfig:
             each piece has its own frame limit and runaway guard, and the next piece is prefilled
             while the current one plays (``VOXCAST_PIECE_CHARS``, 400; 0 = never split, so a text
             is cut off at ``max_frames_cap``).
+        handoff_ms: after a step that produced streams' first chunks, the scheduler waits until their
+            consumers took them (at most 5 ms) and then pauses this long, on a CPU, so that the
+            chunks reach their clients before the next frames take both cores
+            (``VOXCAST_HANDOFF_MS``, 3; 0 = off; never on CUDA). Measured on 2 Zen 4 cores, 0.6B
+            int8, one stream: loopback first-byte overhead 8.2 -> 3.1 ms (HTTP) and 8.2 -> 3.5 ms
+            (WebSocket), docs/benchmarks.md.
         idle_unload_s: after this long with no stream active or waiting and no voice being built,
             the engine releases its weights and caches (on CUDA, the allocator's cache too) and the
             next request loads and warms it again, once, however many arrive together
@@ -161,6 +167,7 @@ class EngineConfig:
     burst_admit: bool = True
     piece_chars: int = DEFAULT_PIECE_CHARS
     idle_unload_s: float = 0.0
+    handoff_ms: float = 3.0
     text_wait_s: float = 30.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
@@ -196,6 +203,8 @@ class EngineConfig:
             )
         if self.prefill_chunk < 0:
             raise ValueError("prefill_chunk must be >= 0")
+        if not 0 <= self.handoff_ms <= 50:
+            raise ValueError(f"VOXCAST_HANDOFF_MS must be within [0, 50] (0 = off), not {self.handoff_ms}")
         if self.idle_unload_s < 0:
             raise ValueError(f"VOXCAST_IDLE_UNLOAD_S must be >= 0 (0 = never), not {self.idle_unload_s}")
         if self.piece_chars != 0 and self.piece_chars < 20:
@@ -236,6 +245,7 @@ class EngineConfig:
             burst_admit=env_bool(env, "VOXCAST_BURST_ADMIT", d.burst_admit),
             piece_chars=env_int(env, "VOXCAST_PIECE_CHARS", d.piece_chars),
             idle_unload_s=env_float(env, "VOXCAST_IDLE_UNLOAD_S", d.idle_unload_s, lo=0.0),
+            handoff_ms=env_float(env, "VOXCAST_HANDOFF_MS", d.handoff_ms, lo=0.0, hi=50.0),
             text_wait_s=env_float(env, "VOXCAST_TEXT_WAIT_S", d.text_wait_s, lo=0.1),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),

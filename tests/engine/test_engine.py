@@ -260,3 +260,28 @@ def test_closed_engine_refuses_work(tiny_model_dir: Factory) -> None:
 def test_ramp_frames_reach_a_full_size_chunk(first: int, size: int, frames: int) -> None:
     # 1, 1, 1, 1, 2, 3, 4 = 13; 1, 1, 1, 1, 2, 3 = 9; 2, 2, 2, 3, 4, 5 = 18; 4, 4; 1, 1; 3, 2
     assert ramp_frames(first, size) == frames
+
+
+def test_first_chunks_are_handed_off_once_per_stream_and_change_no_audio(tiny_model_dir: Factory) -> None:
+    """The scheduler's pause after a step with first chunks (``handoff_ms``, CPU): counted once per
+    stream, never for later chunks, and the audio is what an engine without it gives."""
+    audio = {}
+    for ms in (0.0, 3.0):
+        engine = Engine.load(
+            EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, handoff_ms=ms)
+        )
+        try:
+            streams = [
+                engine.synthesize({"text": "Hello there.", "voice": "ryan", "seed": s, "max_frames": 12})
+                for s in (1, 2)
+            ]
+            out = [[c.pcm for c in stream] for stream in streams]  # read one after the other
+            assert all(len(chunks) > 1 for chunks in out)
+            assert engine.handoffs == (2 if ms else 0)
+            audio[ms] = [np.concatenate(chunks) for chunks in out]
+        finally:
+            engine.close()
+    for a, b in zip(audio[0.0], audio[3.0], strict=True):
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="VOXCAST_HANDOFF_MS"):
+        EngineConfig(handoff_ms=-1)

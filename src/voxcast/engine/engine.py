@@ -60,6 +60,8 @@ def _rid(act: Any) -> dict[str, Any]:
 
 
 _IDLE_WAIT_S = 0.25
+#: Longest wait for consumers to take the first chunks of a step (:meth:`Engine._hand_off`).
+HANDOFF_TAKE_S = 0.005
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 # Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
@@ -167,6 +169,11 @@ class Engine:
         #: Batched model steps run, and the rows they held (rows / steps = the mean batch size).
         self.steps = 0
         self.step_rows = 0
+        #: First chunks handed off (see :meth:`_hand_off`; CPU only: a GPU step leaves the cores free).
+        self.handoffs = 0
+        self._handoffs: list[SynthesisStream] = []
+        on_cpu = options is None or torch.device(options.device).type == "cpu"
+        self._handoff_s = config.handoff_ms / 1000 if on_cpu else 0.0
         self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
@@ -1072,6 +1079,23 @@ class Engine:
             return
         for act, codes in zip(acts, frames, strict=True):
             self._advance(act, codes)
+        if self._handoffs:
+            self._hand_off()
+
+    def _hand_off(self) -> None:
+        """Let the first chunks of this step reach their clients before the next frames.
+
+        On a CPU the next step's threads take both cores the moment a chunk is out, so the threads
+        that carry it on (the consumer, a server's event loop, the socket) wait to be scheduled: a
+        few ms of loopback overhead on 2 cores. Once per stream start the scheduler waits until the
+        consumers took their chunks (at most :data:`HANDOFF_TAKE_S`), then pauses ``handoff_ms``.
+        """
+        deadline = time.perf_counter() + HANDOFF_TAKE_S
+        for stream in self._handoffs:
+            stream._taken.wait(max(0.0, deadline - time.perf_counter()))
+        self.handoffs += len(self._handoffs)
+        self._handoffs.clear()
+        time.sleep(self._handoff_s)
 
     def _step(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
         self.steps += 1
@@ -1170,6 +1194,8 @@ class Engine:
         act.emits.append(t1)
         act.durations.append(chunk.duration_s)
         act.stream._put(chunk)
+        if chunk.seq == 0 and self._handoff_s > 0:
+            self._handoffs.append(act.stream)
 
     def _finish(self, act: Active, reason: str | None = None) -> None:
         """End the request once its chunks are out: queued behind them on the decode stage."""

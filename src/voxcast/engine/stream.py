@@ -61,6 +61,7 @@ class SynthesisStream(Iterator[AudioChunk]):
         self._alive = alive
         self._prepare = prepare
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._taken = threading.Event()  # set when the consumer took an item (the first-chunk hand-off)
         self._cancel = threading.Event()
         self._started = False
         self._finished = False
@@ -82,6 +83,7 @@ class SynthesisStream(Iterator[AudioChunk]):
                 if not self._alive():
                     self._finished = True
                     raise EngineUnavailable("the engine stopped while this request was running") from None
+        self._taken.set()
         if item is _END:
             self._finished = True
             raise StopIteration
