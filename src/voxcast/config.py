@@ -132,8 +132,9 @@ class EngineConfig:
             consumers took them (at most 5 ms) and then pauses this long, on a CPU, so that the
             chunks reach their clients before the next frames take both cores
             (``VOXCAST_HANDOFF_MS``, 3; 0 = off; never on CUDA). Measured on 2 Zen 4 cores, 0.6B
-            int8, one stream: loopback first-byte overhead 8.2 -> 3.1 ms (HTTP) and 8.2 -> 3.5 ms
-            (WebSocket), docs/benchmarks.md.
+            int8, one stream (medians of three alternated pairs): loopback first-byte overhead
+            9.0 -> 6.0 ms (HTTP) and 7.7 -> 4.0 ms (WebSocket); no change under load
+            (docs/benchmarks.md).
         idle_unload_s: after this long with no stream active or waiting and no voice being built,
             the engine releases its weights and caches (on CUDA, the allocator's cache too) and the
             next request loads and warms it again, once, however many arrive together

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -39,11 +40,15 @@ from voxcast.errors import CheckpointError
 
 __all__ = ["PerthConfig", "PerthWatermarker", "find_perth_weights"]
 
+M = TypeVar("M", bound=nn.Module)
+
 #: The folder of the official weights inside the installed ``perth`` package.
 PACKAGE_FOLDER = ("perth_net", "pretrained", "implicit")
 _CHECKPOINT = re.compile(r"_(\d+)\.pth\.tar$")
 _HEADROOM_DB = 15.0
 _MASK_SHARE = 0.05
+#: How errors about the weights name them (the setting that points at them).
+_WEIGHTS = "Perth weights (VOXCAST_WATERMARK_MODEL)"
 
 
 @dataclass(frozen=True)
@@ -169,14 +174,21 @@ class PerthWatermarker:
         self.source = source
         #: The watermark and its weights (cache keys, prerender hashes: other weights, other files).
         self.identity = identity
-        self._encoder = _Encoder(cfg.hidden_size, cfg.subband)
-        _load_parts(state, encoder=self._encoder)
-        self._encoder.eval().requires_grad_(False)
+        self._encoder = _load_part(state, "encoder", _Encoder(cfg.hidden_size, cfg.subband))
         # the detector only serves detect(): built on its first call
         self._decoder_state = {k: v for k, v in state.items() if k.startswith("decoder.")}
         self._decoder: _Decoder | None = None
         self._decoder_lock = threading.Lock()
-        self._window = torch.hann_window(cfg.window_size)
+        # what upstream's Spectrogram and InverseSpectrogram both pass
+        self._stft: dict[str, Any] = {
+            "n_fft": cfg.n_fft,
+            "hop_length": cfg.hop_size,
+            "win_length": cfg.window_size,
+            "window": torch.hann_window(cfg.window_size),
+            "center": True,
+            "normalized": False,
+            "onesided": True,
+        }
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> PerthWatermarker:
@@ -196,17 +208,15 @@ class PerthWatermarker:
         except CheckpointError:
             raise
         except Exception as e:  # YAML syntax, a mapping of the wrong kind, unknown values
-            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {hp}: {e}") from e
+            raise CheckpointError(f"{_WEIGHTS}: {hp}: {e}") from e
         data = file.read_bytes()
         try:
             ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as e:  # a pickle beyond tensors, a truncated file
-            raise CheckpointError(
-                f"Perth weights (VOXCAST_WATERMARK_MODEL): {file}: not a checkpoint of tensors: {e}"
-            ) from e
+            raise CheckpointError(f"{_WEIGHTS}: {file}: not a checkpoint of tensors: {e}") from e
         state = ckpt.get("model") if isinstance(ckpt, dict) else None
         if not isinstance(state, dict):
-            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {file}: no 'model' state dict")
+            raise CheckpointError(f"{_WEIGHTS}: {file}: no 'model' state dict")
         identity = f"perth-{hashlib.sha256(data).hexdigest()[:16]}"
         return cls(cfg, state, source=str(file), identity=identity)
 
@@ -214,18 +224,7 @@ class PerthWatermarker:
     def _magphase(self, signal: np.ndarray) -> tuple[Tensor, Tensor]:
         cfg = self.cfg
         x = torch.from_numpy(np.ascontiguousarray(signal)).float()
-        spec = torch.stft(
-            x[None],
-            n_fft=cfg.n_fft,
-            hop_length=cfg.hop_size,
-            win_length=cfg.window_size,
-            window=self._window,
-            center=True,
-            pad_mode="reflect",
-            normalized=False,
-            onesided=True,
-            return_complex=True,
-        )[0]  # [F, T]
+        spec = torch.stft(x[None], pad_mode="reflect", return_complex=True, **self._stft)[0]  # [F, T]
         phase = torch.angle(spec)
         mag = 20 * torch.log10(spec.abs().clip(cfg.stft_magnitude_min))
         mag = (mag - cfg.min_level_db) / (-cfg.min_level_db + _HEADROOM_DB)
@@ -235,18 +234,7 @@ class PerthWatermarker:
         cfg = self.cfg
         db = mag * (-cfg.min_level_db + _HEADROOM_DB) + cfg.min_level_db
         spec = (10.0 ** ((db / 20).clip(max=10))) * torch.exp(1.0j * phase)
-        wav = torch.istft(
-            spec[None],
-            n_fft=cfg.n_fft,
-            hop_length=cfg.hop_size,
-            win_length=cfg.window_size,
-            window=self._window,
-            center=True,
-            normalized=False,
-            onesided=True,
-            return_complex=False,
-        )[0]
-        return wav.numpy()
+        return torch.istft(spec[None], return_complex=False, **self._stft)[0].numpy()
 
     @torch.inference_mode()
     def apply(self, signal: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -282,8 +270,7 @@ class PerthWatermarker:
         with self._decoder_lock:
             if self._decoder is None:
                 decoder = _Decoder(self.cfg.hidden_size, self.cfg.subband)
-                _load_parts(self._decoder_state, decoder=decoder)
-                self._decoder = decoder.eval().requires_grad_(False)
+                self._decoder = _load_part(self._decoder_state, "decoder", decoder)
             return self._decoder
 
 
@@ -297,16 +284,16 @@ def _resample_polyphase(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return np.ascontiguousarray(y, dtype=x.dtype)
 
 
-def _load_parts(state: Mapping[str, Tensor], **parts: nn.Module) -> None:
-    """Strictly load each part from its ``<name>.`` tensors (the audio processor's buffers, Hann
-    windows and a phase-advance table, are rebuilt rather than read)."""
-    for name, module in parts.items():
-        prefix = f"{name}."
-        sub = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-        try:
-            module.load_state_dict(sub, strict=True)
-        except RuntimeError as e:
-            raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {name}: {e}") from e
+def _load_part(state: Mapping[str, Tensor], name: str, module: M) -> M:
+    """``module`` strictly loaded from the ``<name>.`` tensors, for inference (the audio processor's
+    buffers, Hann windows and a phase-advance table, are rebuilt rather than read)."""
+    prefix = f"{name}."
+    sub = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    try:
+        module.load_state_dict(sub, strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{_WEIGHTS}: {name}: {e}") from e
+    return module.eval().requires_grad_(False)
 
 
 def find_perth_weights() -> Path | None:
@@ -333,8 +320,8 @@ def _resolve(path: str | Path | None) -> tuple[Path, Path]:
     if p.is_file():
         return p.parent, p
     if not p.is_dir():
-        raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): {p} does not exist")
+        raise CheckpointError(f"{_WEIGHTS}: {p} does not exist")
     ckpts = [(int(m.group(1)), f) for f in p.iterdir() if (m := _CHECKPOINT.search(f.name))]
     if not ckpts:
-        raise CheckpointError(f"Perth weights (VOXCAST_WATERMARK_MODEL): no *_<step>.pth.tar in {p}")
+        raise CheckpointError(f"{_WEIGHTS}: no *_<step>.pth.tar in {p}")
     return p, max(ckpts)[1]
