@@ -11,7 +11,13 @@ together (``--reps`` times) and records per request:
 * WebSocket (``/v1/audio/speech/stream``, connected ahead): client first byte = time from sending
   the text and ``flush`` to the first binary message; service first audio = the ``chunk`` event's
   ``t_ms``;
-* overhead = client - service (JSON parsing, the thread hand-off, the event loop, the socket).
+* overhead = client first byte, counted from when the request's last byte left the client, minus
+  service first audio: the server's own cost (reading and parsing the request, the thread hand-off,
+  the event loop, the socket both ways);
+* send = the client's own time from starting the request to its last byte leaving (building and
+  writing it; N client threads share one GIL, and the engine may already be computing the first
+  request): part of what a caller on this machine sees, not the server's cost. ``client`` (from the
+  call) = send + overhead + service.
 
 Prints p50/p95 per transport and stream count; writes ``bench-results/http-<size>.json``. For the
 RunPod queue path (the SDK's one-second ``/stream`` polls on top of the handler) see bench_runpod.py.
@@ -67,15 +73,32 @@ def http_once(base: str, frames: int, seed: int) -> dict[str, float]:
     client = getattr(_clients, "client", None)
     if client is None:  # one client per thread, made outside the timed part (it builds an SSL context)
         client = _clients.client = httpx.Client(timeout=300)
+    sent: list[float] = []
+
+    def trace(event: str, info: Any) -> None:  # httpcore's trace: when the request's last byte left
+        if event == "http11.send_request_body.complete":
+            sent.append(time.perf_counter())
+
     t0 = time.perf_counter()
-    with client.stream("POST", base + "/v1/audio/speech", json=body) as r:
+    with client.stream("POST", base + "/v1/audio/speech", json=body, extensions={"trace": trace}) as r:
         it = r.iter_raw()
         next(it)
-        first = (time.perf_counter() - t0) * 1000
+        t1 = time.perf_counter()
         for _ in it:
             pass
     service = float(r.headers["x-voxcast-ttfa-ms"])
-    return {"client_ms": first, "service_ms": service, "overhead_ms": first - service}
+    return _row(t0, sent[0], t1, service)
+
+
+def _row(t0: float, sent: float, first: float, service_ms: float) -> dict[str, float]:
+    """One request's figures (ms) from the call's start, its request sent and its first audio byte."""
+    client, send = (first - t0) * 1000, (sent - t0) * 1000
+    return {
+        "client_ms": client,
+        "send_ms": send,
+        "service_ms": service_ms,
+        "overhead_ms": client - send - service_ms,
+    }
 
 
 def ws_once(url: str, frames: int, seed: int) -> dict[str, float]:
@@ -87,12 +110,13 @@ def ws_once(url: str, frames: int, seed: int) -> dict[str, float]:
         )
         t0 = time.perf_counter()
         ws.send(json.dumps({"type": "text", "text": TEXT.split(". ")[0] + "."}))
+        sent = time.perf_counter()  # the service's stream opens on this message
         ws.send(json.dumps({"type": "flush"}))
         service = first = None
         while first is None:
             msg = ws.recv(timeout=300)
             if isinstance(msg, bytes):
-                first = (time.perf_counter() - t0) * 1000
+                first = time.perf_counter()
             elif json.loads(msg)["type"] == "chunk" and service is None:
                 service = float(json.loads(msg)["t_ms"])
         ws.send(json.dumps({"type": "close"}))
@@ -101,7 +125,7 @@ def ws_once(url: str, frames: int, seed: int) -> dict[str, float]:
             if isinstance(msg, str) and json.loads(msg)["type"] == "closed":
                 break
     assert service is not None
-    return {"client_ms": first, "service_ms": service, "overhead_ms": first - service}
+    return _row(t0, sent, first, service)
 
 
 def together(fn: Any, target: str, n: int, frames: int, seed0: int) -> list[dict[str, float]]:
@@ -174,7 +198,7 @@ def _summary(n: int, transport: str, switch_ms: float | None, rows: list[dict[st
         "requests": len(rows),
         **{
             f"{k}_{name}": round(pct([r[k] for r in rows], q), 2)
-            for k in ("client_ms", "service_ms", "overhead_ms")
+            for k in ("client_ms", "send_ms", "service_ms", "overhead_ms")
             for name, q in (("p50", 0.5), ("p95", 0.95))
         },
         "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"] for r in rows), 2),
@@ -262,13 +286,13 @@ def main() -> int:
 
     print(f"\nCPU: {cpu_name()}  model: {args.size} custom_voice  quant: {args.quant}  frames: {args.frames}")
     print(
-        f"{'transport':<10} {'N':>3} {'switch':>7} {'client p50':>11} {'service p50':>12} {'overhead p50':>13}"
-        f" {'p95':>8}"
+        f"{'transport':<10} {'N':>3} {'switch':>7} {'client p50':>11} {'send p50':>9} {'service p50':>12}"
+        f" {'overhead p50':>13} {'p95':>8}"
     )
     for r in results.values():
         sw = f"{r['switch_ms']:g}ms" if r["switch_ms"] is not None else "-"
         print(
-            f"{r['transport']:<10} {r['streams']:>3} {sw:>7} {r['client_ms_p50']:>9.1f}ms"
+            f"{r['transport']:<10} {r['streams']:>3} {sw:>7} {r['client_ms_p50']:>9.1f}ms {r['send_ms_p50']:>7.2f}ms"
             f" {r['service_ms_p50']:>10.1f}ms {r['overhead_ms_p50']:>11.2f}ms {r['overhead_ms_p95']:>6.2f}ms"
         )
     args.out.mkdir(parents=True, exist_ok=True)

@@ -143,8 +143,9 @@ class EngineConfig:
             this long is ended cleanly: its text is taken as complete, it speaks to its end and
             reports ``finish_reason`` "text_timeout" (``VOXCAST_TEXT_WAIT_S``, 30).
         burst_admit: while no admitted stream has produced a frame yet, admit every waiting request
-            and prefill it whole, so that requests arriving together start together
-            (``VOXCAST_BURST_ADMIT``, on); off, they are admitted one per round like later arrivals.
+            and prefill it whole (text in pieces too, once its text decides the prefill), so that
+            requests arriving together start together (``VOXCAST_BURST_ADMIT``, on); off, they are
+            admitted and prefilled one per round like later arrivals.
     """
 
     model: str = DEFAULT_MODEL

@@ -167,6 +167,57 @@ def test_requests_arriving_together_start_together(
         engine.close()
 
 
+@pytest.mark.parametrize("burst", [True, False])
+def test_text_in_pieces_opened_together_start_together(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, burst: bool
+) -> None:
+    """The WebSocket's streams (text in pieces) get the same burst admission as whole texts."""
+    cfg = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")),
+        device="cpu",
+        warmup=False,
+        prefill_chunk=4,
+        burst_admit=burst,
+    )
+    engine = Engine.load(cfg)
+    try:
+        real_open = engine.model.open_prompt
+        calls = []
+
+        def slow_first_open(*a: object, **kw: object) -> object:
+            calls.append(1)
+            if len(calls) == 1:  # the others queue up meanwhile: a burst
+                time.sleep(0.3)
+            return real_open(*a, **kw)
+
+        monkeypatch.setattr(engine.model, "open_prompt", slow_first_open)
+        request = {"text": TEXT, "voice": "ryan", "greedy": True, "max_frames": 8}
+        streams = [engine.open({**request, "seed": i}) for i in range(3)]
+        for stream in streams:
+            stream.close_text()
+        chunks: list[list[float]] = [[] for _ in streams]
+
+        def play(i: int) -> None:
+            chunks[i] = [c.t_emit for c in streams[i]]
+
+        threads = [threading.Thread(target=play, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join(timeout=60)
+        firsts, seconds = [c[0] for c in chunks], [c[1] for c in chunks]
+        parts = [s.timing.prefill_parts for s in streams]
+        assert parts == [1, 1, 1]  # after the first, the prefix cache leaves a prefill of one part
+        if burst:  # all three prefilled in the same round, before anyone's first frame
+            assert max(firsts) < min(seconds)
+        else:  # one per round: the first one plays while the later ones wait their turn
+            assert max(firsts) > min(seconds)
+        assert all(s.timing.frames == 8 for s in streams)
+    finally:
+        engine.close()
+
+
 def test_burst_admit_setting() -> None:
     assert EngineConfig().burst_admit is True
     assert EngineConfig.from_env({"VOXCAST_BURST_ADMIT": "0"}).burst_admit is False

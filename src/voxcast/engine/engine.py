@@ -696,7 +696,7 @@ class Engine:
 
     def _nobody_playing(self) -> bool:
         """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
-        return not self._prefilling and all(act.frames == 0 for act in self._active)
+        return all(act.frames == 0 for act in self._active)
 
     def _start(
         self, stream: SynthesisStream, prefill: bool = True, pieces: list[str] | None = None
@@ -1018,7 +1018,12 @@ class Engine:
 
     def _prefill_part(self) -> None:
         """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes);
-        with none waiting, one part of a long text's next piece."""
+        with none waiting, one part of a long text's next piece.
+
+        While nobody plays yet (``burst_admit``), every waiting prefill is run whole this round, as
+        :meth:`_admit` does for whole texts: streams whose text arrives in pieces (the WebSocket) and
+        that open together start together, instead of one after another in parts.
+        """
         if not self._prefilling:
             if self._ahead:
                 try:
@@ -1034,22 +1039,28 @@ class Engine:
                         self._active.remove(act)
                     act.fail(e)
             return
-        act = self._prefilling[0]
+        if self.config.burst_admit and self._nobody_playing():
+            for act in list(self._prefilling):
+                self._prefill_one(act, None)
+            return
+        self._prefill_one(self._prefilling[0], self.config.prefill_chunk if self._active else None)
+
+    def _prefill_one(self, act: Active, limit: int | None) -> None:
+        """Advance ``act``'s prefill by ``limit`` positions (None: all of it); once done it is active."""
         if act.stream.cancelled:
-            self._prefilling.pop(0)
+            self._prefilling.remove(act)
             self._finish_cancelled(act.stream)
             return
         try:
-            limit = self.config.prefill_chunk if self._active else None
             act.stream.timing.prefill_parts += 1
             done = act.generator.prefill_part(limit)
         except Exception as e:
             log.exception("request %s failed to prefill", act.stream.timing.request_id, extra=_rid(act))
-            self._prefilling.pop(0)
+            self._prefilling.remove(act)
             act.fail(e)
             return
         if done:
-            self._prefilling.pop(0)
+            self._prefilling.remove(act)
             self._prefilled(act)
             self._active.append(act)
 
