@@ -87,6 +87,7 @@ def http_once(base: str, frames: int, seed: int) -> dict[str, float]:
         for _ in it:
             pass
     service = float(r.headers["x-voxcast-ttfa-ms"])
+    assert sent, "no send event from httpcore's HTTP/1.1 trace"
     return _row(t0, sent[0], t1, service)
 
 

@@ -104,6 +104,63 @@ def test_engine_interleaves_a_new_prefill_with_active_streams(tiny_model_dir: Fa
         engine.close()
 
 
+@pytest.mark.parametrize("chunk", [0, 2])
+def test_a_text_in_pieces_opened_while_another_plays_is_prefilled_in_prefill_chunk_parts(
+    tiny_model_dir: Factory, chunk: int
+) -> None:
+    """``prefill_chunk`` positions per round between the playing stream's frames; 0: whole at once."""
+    cfg = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, prefill_chunk=chunk
+    )
+    engine = Engine.load(cfg)
+    try:
+        long = engine.synthesize({"text": TEXT * 3, "voice": "ryan", "greedy": True, "max_frames": 40})
+        it = iter(long)
+        next(it)  # the long request is playing now
+        late = engine.open(
+            {"text": TEXT, "voice": "vivian", "greedy": True, "max_frames": 6}
+        )  # no prefix hit
+        late.close_text()
+        assert len(list(late)) > 0 and late.timing.frames == 6
+        assert list(it) and long.timing.frames == 40  # it played on meanwhile
+        if chunk:
+            assert late.timing.prefill_parts > 1
+        else:
+            assert late.timing.prefill_parts == 1
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+def test_a_stream_that_fails_once_prefilled_fails_alone(
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, pieces: bool
+) -> None:
+    cfg = EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False)
+    engine = Engine.load(cfg)
+    try:
+        real = engine._prefilled
+
+        def failing(act: object) -> None:
+            if act.stream.request.voice == "vivian":  # type: ignore[attr-defined]
+                raise RuntimeError("broken after its prefill")
+            real(act)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(engine, "_prefilled", failing)
+        request = {"text": TEXT, "voice": "vivian", "greedy": True, "max_frames": 4}
+        if pieces:
+            bad = engine.open(request)
+            bad.close_text()
+        else:
+            bad = engine.synthesize(request)
+        with pytest.raises(RuntimeError, match="broken after its prefill"):
+            list(bad)
+        assert engine.alive
+        good = engine.synthesize({**request, "voice": "ryan"})
+        assert len(list(good)) > 0 and good.timing.frames == 4
+    finally:
+        engine.close()
+
+
 def test_engine_reports_prefix_cache_hits(tiny_model_dir: Factory) -> None:
     cfg = EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False)
     engine = Engine.load(cfg)
@@ -121,9 +178,11 @@ def test_engine_reports_prefix_cache_hits(tiny_model_dir: Factory) -> None:
 
 
 @pytest.mark.parametrize("burst", [True, False])
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
 def test_requests_arriving_together_start_together(
-    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, burst: bool
+    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, burst: bool, pieces: bool
 ) -> None:
+    """Whole texts (HTTP, RunPod, RQ) and texts in pieces (the WebSocket) alike."""
     cfg = EngineConfig(
         model=str(tiny_model_dir("custom_voice")),
         device="cpu",
@@ -133,18 +192,24 @@ def test_requests_arriving_together_start_together(
     )
     engine = Engine.load(cfg)
     try:
-        real_build = engine.model.build_prompt
+        name = "open_prompt" if pieces else "build_prompt"  # what admitting a request builds
+        real = getattr(engine.model, name)
         calls = []
 
-        def slow_first_build(*a: object, **kw: object) -> object:
+        def slow_first(*a: object, **kw: object) -> object:
             calls.append(1)
             if len(calls) == 1:  # the others queue up meanwhile: a burst
                 time.sleep(0.3)
-            return real_build(*a, **kw)
+            return real(*a, **kw)
 
-        monkeypatch.setattr(engine.model, "build_prompt", slow_first_build)
+        monkeypatch.setattr(engine.model, name, slow_first)
         request = {"text": TEXT, "voice": "ryan", "greedy": True, "max_frames": 8}
-        streams = [engine.synthesize({**request, "seed": i}) for i in range(3)]
+        if pieces:
+            streams = [engine.open({**request, "seed": i}) for i in range(3)]
+            for stream in streams:
+                stream.close_text()
+        else:
+            streams = [engine.synthesize({**request, "seed": i}) for i in range(3)]
         chunks: list[list[float]] = [[] for _ in streams]
 
         def play(i: int) -> None:
@@ -158,61 +223,12 @@ def test_requests_arriving_together_start_together(
             t.join(timeout=60)
         firsts, seconds = [c[0] for c in chunks], [c[1] for c in chunks]
         parts = [s.timing.prefill_parts for s in streams]
-        if burst:  # all three admitted before anyone's first frame: first chunks before any second
+        if burst:  # all three prefilled whole before anyone's first frame: first chunks before any second
             assert parts == [1, 1, 1] and max(firsts) < min(seconds)
-        else:  # one per round: the later ones prefilled in parts while the first one plays
-            assert max(parts) > 1 and max(firsts) > min(seconds)
-        assert all(s.timing.frames == 8 for s in streams)
-    finally:
-        engine.close()
-
-
-@pytest.mark.parametrize("burst", [True, False])
-def test_text_in_pieces_opened_together_start_together(
-    tiny_model_dir: Factory, monkeypatch: pytest.MonkeyPatch, burst: bool
-) -> None:
-    """The WebSocket's streams (text in pieces) get the same burst admission as whole texts."""
-    cfg = EngineConfig(
-        model=str(tiny_model_dir("custom_voice")),
-        device="cpu",
-        warmup=False,
-        prefill_chunk=4,
-        burst_admit=burst,
-    )
-    engine = Engine.load(cfg)
-    try:
-        real_open = engine.model.open_prompt
-        calls = []
-
-        def slow_first_open(*a: object, **kw: object) -> object:
-            calls.append(1)
-            if len(calls) == 1:  # the others queue up meanwhile: a burst
-                time.sleep(0.3)
-            return real_open(*a, **kw)
-
-        monkeypatch.setattr(engine.model, "open_prompt", slow_first_open)
-        request = {"text": TEXT, "voice": "ryan", "greedy": True, "max_frames": 8}
-        streams = [engine.open({**request, "seed": i}) for i in range(3)]
-        for stream in streams:
-            stream.close_text()
-        chunks: list[list[float]] = [[] for _ in streams]
-
-        def play(i: int) -> None:
-            chunks[i] = [c.t_emit for c in streams[i]]
-
-        threads = [threading.Thread(target=play, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
-            time.sleep(0.02)
-        for t in threads:
-            t.join(timeout=60)
-        firsts, seconds = [c[0] for c in chunks], [c[1] for c in chunks]
-        parts = [s.timing.prefill_parts for s in streams]
-        assert parts == [1, 1, 1]  # after the first, the prefix cache leaves a prefill of one part
-        if burst:  # all three prefilled in the same round, before anyone's first frame
-            assert max(firsts) < min(seconds)
-        else:  # one per round: the first one plays while the later ones wait their turn
+        else:  # one per round: the later ones wait (whole texts: prefilled in parts) while the first plays
             assert max(firsts) > min(seconds)
+            # a text in pieces leaves a prefill of one part after the prefix cache
+            assert max(parts) == 1 if pieces else max(parts) > 1
         assert all(s.timing.frames == 8 for s in streams)
     finally:
         engine.close()

@@ -1043,7 +1043,8 @@ class Engine:
             for act in list(self._prefilling):
                 self._prefill_one(act, None)
             return
-        self._prefill_one(self._prefilling[0], self.config.prefill_chunk if self._active else None)
+        part = self.config.prefill_chunk or None  # 0: whole prefills
+        self._prefill_one(self._prefilling[0], part if self._active else None)
 
     def _prefill_one(self, act: Active, limit: int | None) -> None:
         """Advance ``act``'s prefill by ``limit`` positions (None: all of it); once done it is active."""
@@ -1053,16 +1054,15 @@ class Engine:
             return
         try:
             act.stream.timing.prefill_parts += 1
-            done = act.generator.prefill_part(limit)
+            if act.generator.prefill_part(limit):
+                self._prefilling.remove(act)
+                self._prefilled(act)  # may build the next piece's prompt: inside the try too
+                self._active.append(act)
         except Exception as e:
             log.exception("request %s failed to prefill", act.stream.timing.request_id, extra=_rid(act))
-            self._prefilling.remove(act)
+            if act in self._prefilling:
+                self._prefilling.remove(act)
             act.fail(e)
-            return
-        if done:
-            self._prefilling.remove(act)
-            self._prefilled(act)
-            self._active.append(act)
 
     def _advance_all(self) -> None:
         """One frame for every active request, in one batched model step."""
