@@ -26,6 +26,7 @@ import numpy as np
 
 from voxcast.audio.encode import StreamEncoder, stream_to_file
 from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
+from voxcast.audio.stretch import TimeStretch
 from voxcast.audio.wav import data_span
 from voxcast.cache import AudioCache, CachedStream
 from voxcast.config import EngineConfig
@@ -576,6 +577,7 @@ class Service:
     ) -> Iterator[EncodedChunk]:
         req = s.request
         encoder = StreamEncoder(req.response_format, req.sample_rate)
+        stretcher = TimeStretch(req.speed, self.engine.sample_rate) if req.speed != 1.0 else None
         es = self.engine.synthesize(req, voice) if s.feed is None else self.engine.open(req, voice, s.feed)
         es.timing = timing
         es.t_origin = t0  # first audio and total count from the request's arrival, voice included
@@ -588,9 +590,10 @@ class Service:
         marked: list[np.ndarray] | None = [] if whole and s.watermark and self.watermarker else None
         seq = held = 0
         for chunk in es:
+            pcm = chunk.pcm if stretcher is None else stretcher.process(chunk.pcm)
             if marked is not None:
-                marked.append(chunk.pcm)
-            data = encoder.encode(chunk.pcm)
+                marked.append(pcm)
+            data = encoder.encode(pcm)
             held += chunk.frames
             if not data:  # the encoder holds these samples (resampler or MP3 look-ahead): count them later
                 continue
@@ -605,8 +608,11 @@ class Service:
             )
             seq += 1
             held = 0
+        rest = stretcher.finish() if stretcher is not None else None
+        if rest is not None and marked is not None:
+            marked.append(rest)
         try:
-            tail = encoder.finish()
+            tail = (encoder.encode(rest) if rest is not None and len(rest) else b"") + encoder.finish()
         except ValueError:  # flac/opus of a stream that produced no audio (e.g. cancelled)
             tail = b""
         if tail:
@@ -617,14 +623,18 @@ class Service:
         streamed = b"".join(parts)
         if s.feed is not None:  # the text as spoken, for the request log and the result
             s.request = req = req.model_copy(update={"text": normalize_text(s.feed.snapshot()[0])})
+        audio_s = timing.audio_s
+        if stretcher is not None:  # the audio delivered, not the model's
+            timing.extra["speed"] = req.speed
+            audio_s = round(timing.audio_s / req.speed, 4)
         audio_key, error = None, None
         if timing.finish_reason != "cancelled" and whole:
             whole_file, error = self._stored_file(streamed, encoder, marked, timing)
             s.file = whole_file if s.keep_file else None
             if persist and whole_file is not None:
-                audio_key, error = self._persist(s, key, whole_file, timing)
+                audio_key, error = self._persist(s, key, whole_file, timing, audio_s)
         error = error or timing.extra.get("cache_lookup_error")
-        s.result = self._result(s, timing, len(streamed), timing.audio_s, audio_key, voice_id, error)
+        s.result = self._result(s, timing, len(streamed), audio_s, audio_key, voice_id, error)
 
     def _stored_file(
         self, streamed: bytes, encoder: StreamEncoder, marked: list[np.ndarray] | None, timing: Timing
@@ -646,12 +656,13 @@ class Service:
         return data, None
 
     def _persist(
-        self, s: ServiceStream, key: str | None, data: bytes, timing: Timing
+        self, s: ServiceStream, key: str | None, data: bytes, timing: Timing, audio_s: float
     ) -> tuple[str | None, str | None]:
-        """Fill the cache (deterministic requests) or store the rendering, within the store guard's
-        write deadline; returns ``(key, None)`` or ``(None, error)``, never raises StorageError."""
+        """Fill the cache (deterministic requests) or store the rendering (``audio_s`` long), within
+        the store guard's write deadline; returns ``(key, None)`` or ``(None, error)``, never raises
+        StorageError."""
         meta = {
-            "duration_s": f"{timing.audio_s:.3f}",
+            "duration_s": f"{audio_s:.3f}",
             "frames": str(timing.frames),
             "request_id": s.request_id,
         }

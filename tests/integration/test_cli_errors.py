@@ -117,3 +117,21 @@ def test_every_option_of_every_command_has_help_text() -> None:
         if not isinstance(action, argparse._HelpAction) and action.help is None
     ]
     assert sub.choices and not missing, missing
+
+
+def test_synth_refuses_a_bad_speed_before_loading_a_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, err = _run(
+        capsys,
+        "synth",
+        "Hi.",
+        "--speed",
+        "9",
+        "--out",
+        str(tmp_path / "x.wav"),
+        "--model",
+        str(tmp_path / "none"),
+    )
+    assert (code, err) == (2, "error: speed: 9.0 is not a number from 0.25 to 4.0\n")
+    assert not (tmp_path / "x.wav").exists()

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import soundfile as sf
 
 from tests.fixtures.engines import reference_wav
 from tests.fixtures.http_server import Recorder, ended, loading_holder, running
+from voxcast.audio.pcm import float_to_int16
+from voxcast.audio.stretch import stretch
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.service import Service, ServiceConfig
@@ -89,6 +92,32 @@ def test_default_mp3_streams_as_it_is_generated(client: openai.OpenAI, tiny_serv
     assert rate == 24000 and len(audio) >= 24 * 1920
 
 
+def test_speed_is_the_engines_audio_stretched_and_streams_exactly(
+    client: openai.OpenAI, tiny_service: Service
+) -> None:
+    """OpenAI's ``speed``: the streamed body is bit for bit the one-shot WSOLA stretch of the engine's
+    audio for the same seed (pitch kept, 1 / speed as long), and the result reports it."""
+    extra = {"seed": 5, "max_frames": 12, "cache": False}
+    pcm = np.concatenate(
+        [c.pcm for c in tiny_service.engine.synthesize({"text": SAY["input"], "voice": "ryan", **extra})]
+    )
+    for speed in (2.0, 0.75):
+        with client.audio.speech.with_streaming_response.create(
+            **SAY, response_format="pcm", speed=speed, extra_body=extra
+        ) as response:
+            parts = list(response.iter_bytes())
+        body = b"".join(parts)
+        assert len(body) == 2 * round(12 * 1920 / speed)
+        assert body == float_to_int16(stretch(pcm, speed, 24000)).astype("<i2").tobytes()
+    with client.audio.speech.with_streaming_response.create(
+        **SAY, response_format="pcm", speed=2.0, extra_body={**extra, "stream_format": "sse"}
+    ) as response:
+        done = _sse_events(response.iter_lines())[-1]
+    assert done["type"] == "speech.audio.done"
+    assert done["result"]["duration_s"] == pytest.approx(12 * 0.08 / 2, abs=1e-3)
+    assert done["timing"]["extra"]["speed"] == 2.0 and done["timing"]["audio_s"] == pytest.approx(0.96)
+
+
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "opus", "aac", "mulaw"])
 def test_openai_sdk_every_format(client: openai.OpenAI, tiny_service: Service, fmt: str) -> None:
     """Every OpenAI format (and mu-law), byte for byte what the service streams, and streamed: the
@@ -149,7 +178,7 @@ def test_models_lists_the_loaded_model(client: openai.OpenAI, tiny_service: Serv
     [
         ({"input": ""}, "input", "invalid_request"),
         ({"voice": "nobody"}, "voice", "voice_not_found"),
-        ({"speed": 1.5}, "speed", "invalid_request"),
+        ({"speed": 0.1}, "speed", "invalid_request"),
         ({"speed": 9}, "speed", "invalid_request"),
         ({"response_format": "ogg"}, "response_format", "invalid_request"),
         ({"stream_format": "chunks"}, "stream_format", "invalid_request"),

@@ -311,3 +311,20 @@ def test_words_mode_utterances_marks_and_barge_in(url: str, service: Service) ->
         assert barged.timing.finish_reason == "cancelled" and barged.timing.frames < 3000
     finally:
         opened.restore()
+
+
+def test_words_mode_at_a_speed_is_the_whole_text_at_that_speed(url: str, service: Service) -> None:
+    """``speed`` in the config: the utterance fed word by word, time-stretched as it streams, is byte
+    for byte the whole text at that speed."""
+    config = {**WORDS, "speed": 1.5, "max_frames": 20}
+    with _open(url) as ws:
+        ws.send(json.dumps(config))
+        for word in TEXT.split(" "):
+            ws.send(json.dumps({"type": "text", "text": word + " "}))
+        ws.send(json.dumps({"type": "flush"}))
+        msgs = _read_until(ws, "segment_done")
+        ws.send(json.dumps({"type": "close"}))
+        _read_until(ws, "closed")
+    audio = _audio(msgs)
+    assert len(audio) == 2 * round(20 * 1920 / 1.5)
+    assert audio == _whole(service, TEXT.strip(), speed=1.5, max_frames=20)

@@ -78,6 +78,24 @@ def test_unreadable_manifests_fail_as_a_whole(text: str, fmt: str | None) -> Non
     assert e.value.field.startswith("manifest")
 
 
+def test_a_row_may_set_its_speed_and_speed_one_leaves_the_render_hash_alone() -> None:
+    from voxcast.prerender.gate import GateSettings
+    from voxcast.prerender.library import render_hash
+
+    m = parse_manifest("id,text,speed\na,One.,\nb,One.,1.0\nc,One.,1.25\nd,One.,9\n", "x.csv")
+    a, b, c = m.prompts
+    assert [(e.row, e.field) for e in m.errors] == [(4, "speed")]
+    assert "speed" not in a.fields and "speed" not in b.fields and c.fields["speed"] == 1.25
+    assert a.request.speed == b.request.speed == 1.0 and c.request.speed == 1.25
+
+    def h(p: object) -> str:
+        return render_hash("m", p, PostProcess(), GateSettings())  # type: ignore[arg-type]
+
+    same = {k: v for k, v in vars(a).items()}
+    assert h(a) == h(type(a)(**{**same, "id": "b"}))  # the hash is the content's, not the id's
+    assert h(c) != h(a)
+
+
 def test_rows_cannot_set_format_or_unknown_columns() -> None:
     m = parse_manifest("id,text,response_format,colour\nx,Hi.,mp3,\ny,Hi.,,red\n", "csv")
     assert not m.prompts and [e.field for e in m.errors] == ["response_format", "colour"]

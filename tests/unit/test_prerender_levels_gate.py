@@ -87,6 +87,7 @@ def _check(
     settings: GateSettings | None = None,
     post: PostProcess | None = None,
     model_pcm: np.ndarray | None = None,
+    speed: float = 1.0,
 ) -> dict[str, dict]:
     post = post or PostProcess()
     stored, _ = postprocess(pcm, post)
@@ -104,6 +105,7 @@ def _check(
         target_lufs=post.loudness_lufs,
         ceiling_dbtp=post.peak_dbfs,
         pad_ms=post.pad_ms if post.trim else None,
+        speed=speed,
     )
     assert verdict.passed == (not verdict.failed)
     return verdict.checks
@@ -169,6 +171,17 @@ def test_a_cached_render_counts_as_finished_and_cjk_text_has_its_own_pace() -> N
     # 8 Han characters take 0.9-6.3 s; the Latin window would have wanted at most 2.6 s for 8 letters
     checks = _check(speech_like(4.0), text="感谢您的来电再见")
     assert checks["duration"]["ok"] and checks["duration"]["script"] == "han"
+
+
+def test_a_rows_speed_scales_the_duration_window_and_the_longest_pause() -> None:
+    """At speed 0.5 the same text takes twice as long and its pauses too: a render that is too long
+    or pauses too long at 1.0 passes at 0.5, and one that passes at 1.0 is too long at 0.25."""
+    slow = _check(speech_like(8.0), speed=0.5)
+    assert _failed(_check(speech_like(8.0))) == {"duration"} and _failed(slow) == set()
+    assert slow["duration"]["limit"][1] == pytest.approx(2 * _check(speech_like(8.0))["duration"]["limit"][1])
+    paused = speech_like(1.8, pause_s=2.0)
+    assert _failed(_check(paused)) == {"pause"} and "pause" not in _failed(_check(paused, speed=0.5))
+    assert "duration" in _failed(_check(speech_like(1.8), speed=4.0))
 
 
 def test_gate_settings_name_the_field() -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from voxcast.audio.stretch import METHOD as STRETCH_METHOD
 from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import StorageError
 from voxcast.storage.base import MAX_METADATA_BYTES, BlobInfo, BlobNotFound, BlobStore, BlobStream
@@ -166,6 +167,8 @@ class AudioCache:
             "sampling": sampling,
             "extra": dict(extra or {}),
         }
+        if request.speed != 1.0:  # absent at 1.0: the keys from before the field existed still hold
+            recipe["speed"] = {"factor": request.speed, "method": STRETCH_METHOD}
         return sha256_hex(canonical_json(recipe))
 
     def blob_key(self, key: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, AudioFormat, check_format_rate
+from voxcast.audio.stretch import check_speed
 from voxcast.errors import InvalidRequest
 from voxcast.ids import REQUEST_ID_RE, REQUEST_ID_RULE, check_request_id, request_id_for
 from voxcast.models.base import SamplingParams
@@ -59,6 +61,7 @@ class SynthesisRequest(BaseModel):
     language: str = Field("auto", max_length=32)
     response_format: AudioFormat = AudioFormat.WAV
     sample_rate: int = NATIVE_SAMPLE_RATE
+    speed: float = Field(1.0, description="speaking rate, 0.25-4.0 (pitch kept: voxcast.audio.stretch)")
     stream: bool = True
     first_chunk_frames: int | None = Field(None, ge=1, le=64)
     chunk_frames: int | None = Field(None, ge=1, le=256)
@@ -134,6 +137,14 @@ class SynthesisRequest(BaseModel):
         if v not in SUPPORTED_SAMPLE_RATES:
             raise ValueError(f"sample_rate {v} is not one of {list(SUPPORTED_SAMPLE_RATES)}")
         return v
+
+    @field_validator("speed", mode="before")
+    @classmethod
+    def _speed(cls, v: Any) -> float:
+        if isinstance(v, str):  # a CSV manifest's cell, as the other numeric fields take it
+            with contextlib.suppress(ValueError):
+                v = float(v.strip())
+        return check_speed(v)
 
     @field_validator("ref_audio")
     @classmethod

@@ -12,7 +12,8 @@ check                passes when
 ``finished``         the model ended the speech itself (end-of-speech, or a cached render of one)
 ``duration``         speech time fits the text: ``chars / max_cps - 0.25 s`` to ``chars / min_cps
                      + 1 s``, counting letters and digits; per script: Latin and others 5-25/s,
-                     Han 1.5-9/s, kana 2.5-14/s, Hangul 2-12/s (override: ``chars_per_s``)
+                     Han 1.5-9/s, kana 2.5-14/s, Hangul 2-12/s (override: ``chars_per_s``); a
+                     row's ``speed`` divides the window (and ``max_pause_ms``)
 ``edge_silence``     leading and trailing silence of the stored audio at most ``edge_silence_ms``
                      (default: the trim pad + 50 ms with trimming on, 1000 ms off)
 ``pause``            no silence inside the speech longer than ``max_pause_ms`` (1500)
@@ -206,6 +207,7 @@ def check_render(
     target_lufs: float | None,
     ceiling_dbtp: float,
     pad_ms: float | None,
+    speed: float = 1.0,
 ) -> GateResult:
     """Run every check on one render.
 
@@ -220,6 +222,8 @@ def check_render(
         target_lufs: the loudness target (None: not normalised, no loudness check).
         ceiling_dbtp: the true-peak ceiling.
         pad_ms: the trim pad (None: trimming off).
+        speed: the request's speaking rate: the duration window and the longest pause scale by
+            ``1 / speed`` (the audio is the model's, time-stretched).
     """
     checks: dict[str, dict[str, Any]] = {}
     checks["finished"] = {"ok": finish_reason in ("eos", "cache"), "value": finish_reason, "limit": "eos"}
@@ -227,7 +231,7 @@ def check_render(
     chars = sum(ch.isalnum() for ch in text)
     script = script_of(text)
     slow, fast = settings.chars_per_s or CHARS_PER_S[script]
-    lo, hi = max(0.0, chars / fast - 0.25), chars / slow + 1.0
+    lo, hi = max(0.0, chars / fast - 0.25) / speed, (chars / slow + 1.0) / speed
     speech_s = prof.speech_ms / 1000.0
     checks["duration"] = {
         "ok": lo <= speech_s <= hi,
@@ -240,10 +244,11 @@ def check_render(
         edge = pad_ms + 50.0 if pad_ms is not None else 1000.0
     worst_edge = max(prof.leading_ms, prof.trailing_ms)
     checks["edge_silence"] = {"ok": worst_edge <= edge, "value": round(worst_edge), "limit": round(edge)}
+    max_pause = settings.max_pause_ms / speed
     checks["pause"] = {
-        "ok": prof.longest_pause_ms <= settings.max_pause_ms,
+        "ok": prof.longest_pause_ms <= max_pause,
         "value": round(prof.longest_pause_ms),
-        "limit": settings.max_pause_ms,
+        "limit": round(max_pause),
     }
     run = _longest_full_scale_run(model_pcm)
     checks["clipping"] = {"ok": run < settings.clip_run, "value": run, "limit": settings.clip_run}

@@ -41,6 +41,7 @@ import numpy as np
 
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE
 from voxcast.audio.pcm import int16_to_float
+from voxcast.audio.stretch import METHOD as STRETCH_METHOD
 from voxcast.errors import InvalidRequest, StorageError
 from voxcast.prerender.gate import GateSettings, check_render
 from voxcast.prerender.levels import Leveled, encode_leveled
@@ -215,6 +216,8 @@ def render_hash(
     }
     if watermark is not None:
         recipe["watermark"] = watermark
+    if prompt.request.speed != 1.0:
+        recipe["stretch"] = STRETCH_METHOD
     return sha256_hex(canonical_json(recipe))
 
 
@@ -364,6 +367,7 @@ class _Run:
                 target_lufs=post.loudness_lufs,
                 ceiling_dbtp=post.peak_dbfs,
                 pad_ms=post.pad_ms if post.trim else None,
+                speed=request.speed,
             )
             quality = {
                 "gate": gate.enabled,

@@ -1,8 +1,9 @@
 """Prompt-library manifests (CSV, JSON or YAML) -> validated prompts + per-row errors.
 
 A manifest lists prompts: ``id`` and ``text`` are required; ``voice``, ``language``, ``instruct``,
-``max_frames``, ``non_streaming_text`` and the sampling fields (``seed``, ``temperature``, ``top_k``,
-``top_p``, ``repetition_penalty``, ``greedy``) are optional per-row overrides.
+``max_frames``, ``non_streaming_text``, ``speed`` (0.25-4.0: the rate, pitch kept) and the sampling
+fields (``seed``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``, ``greedy``) are
+optional per-row overrides.
 
 * CSV: a header row naming the columns; empty cells mean "not set".
 * JSON / YAML: a list of row objects, or ``{"defaults": {...}, "prompts": [...]}`` where ``defaults``
@@ -47,7 +48,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """Prompt ids and library names: safe as one storage-key component."""
 
 ROW_FIELDS = frozenset(
-    {"text", "voice", "language", "instruct", "max_frames", "non_streaming_text"}
+    {"text", "voice", "language", "instruct", "max_frames", "non_streaming_text", "speed"}
     | set(SamplingParams.model_fields)
 )
 """Columns a row may set (besides ``id``); format and rate come from the presets."""
@@ -185,6 +186,8 @@ def _prompt(row_no: int, raw: Any, defaults: Mapping[str, Any]) -> Prompt:
         }
     )
     fields = request.model_dump(mode="json", include=set(ROW_FIELDS - set(SamplingParams.model_fields)))
+    if fields["speed"] == 1.0:  # left out: render hashes from before the field existed still hold
+        del fields["speed"]
     fields["sampling"] = request.sampling.model_dump(mode="json")
     return Prompt(pid, row_no, request, fields)
 

@@ -68,6 +68,9 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic, cacheable)")
     p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
+    p.add_argument(
+        "--speed", type=float, help="speaking rate 0.25-4.0 (the audio time-stretched, pitch kept; default 1)"
+    )
     p.add_argument("--format", choices=[f.value for f in AudioFormat], help="override the extension")
     p.add_argument("--device", help="auto, cpu, cuda (default: VOXCAST_DEVICE)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 (default: VOXCAST_DTYPE)")
@@ -181,7 +184,7 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
         "cache": not args.no_cache,
         "greedy": args.greedy,
     }
-    for key in ("voice", "ref_text", "instruct", "seed", "max_frames"):
+    for key in ("voice", "ref_text", "instruct", "seed", "max_frames", "speed"):
         if getattr(args, key) is not None:
             req[key] = getattr(args, key)
     if args.ref_audio is not None:

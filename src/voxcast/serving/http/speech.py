@@ -2,8 +2,9 @@
 
 OpenAI's fields: ``model`` (any name: one model per server), ``input`` (the text), ``voice`` (a name,
 or ``{"id": ...}`` for a registered voice), ``instructions`` (voxcast's ``instruct``),
-``response_format`` (OpenAI's default ``mp3``; every OpenAI format, each streamed), ``speed`` (only 1.0: the models have no rate control, so any other value is a
-clear error rather than silently ignored) and ``stream_format`` (``audio`` or ``sse``). Every other
+``response_format`` (OpenAI's default ``mp3``; every OpenAI format, each streamed), ``speed``
+(0.25-4.0: the audio is time-stretched with its pitch kept, :mod:`voxcast.audio.stretch`, since the
+models have no rate control) and ``stream_format`` (``audio`` or ``sse``). Every other
 field of voxcast's schema (``seed``, ``language``, ``sample_rate``, ``cache``...) is accepted as an
 extension and validated by the schema, which names the offending field.
 """
@@ -34,13 +35,6 @@ def speech_request(body: Any) -> tuple[dict[str, Any], str]:
     if stream_format not in STREAM_FORMATS:
         raise InvalidRequest(
             f"stream_format must be audio or sse, not {stream_format!r}", field="stream_format"
-        )
-    speed = out.pop("speed", 1.0)
-    if isinstance(speed, bool) or not isinstance(speed, int | float) or not 0.25 <= speed <= 4.0:
-        raise InvalidRequest("speed must be a number from 0.25 to 4.0", field="speed")
-    if speed != 1.0:
-        raise InvalidRequest(
-            "speed: only 1.0 is supported (the models have no speaking-rate control)", field="speed"
         )
     if "instructions" in out:
         if out.get("instruct") is not None:
