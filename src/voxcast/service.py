@@ -568,9 +568,12 @@ class Service:
         timing.chunks = seq
         timing.total_ms = (time.perf_counter() - t0) * 1000
         timing.finish_reason = "cancelled" if s.cancelled else "cache"
-        timing.audio_s = float(meta.get("duration_s", meta.get("audio_s", 0.0)) or 0.0)
+        duration_s = float(meta.get("duration_s", meta.get("audio_s", 0.0)) or 0.0)  # what was stored
+        timing.audio_s = duration_s * s.request.speed  # the model's, as a request that rendered it reports
+        if s.request.speed != 1.0:
+            timing.extra["speed"] = s.request.speed
         timing.frames = int(meta.get("frames", 0) or 0)
-        s.result = self._result(s, timing, total, timing.audio_s, self.cache.blob_key(key), voice_id, None)
+        s.result = self._result(s, timing, total, duration_s, self.cache.blob_key(key), voice_id, None)
 
     def _from_engine(
         self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
@@ -608,7 +611,8 @@ class Service:
             )
             seq += 1
             held = 0
-        rest = stretcher.finish() if stretcher is not None else None
+        # the stretcher's held-back end (not after a cancel: nobody wants the rest)
+        rest = stretcher.finish() if stretcher is not None and not s.cancelled else None
         if rest is not None and marked is not None:
             marked.append(rest)
         try:

@@ -168,6 +168,22 @@ def test_a_cache_hit_streams_the_same_file(client: openai.OpenAI) -> None:
     assert first[4:8] == b"\xff" * 4 and int.from_bytes(again[4:8], "little") == len(again) - 8
 
 
+def test_a_cache_hit_at_a_speed_reports_what_the_render_reported(tiny_service: Service) -> None:
+    request = {"text": SAY["input"], "voice": "ryan", "seed": 12, "max_frames": 5, "speed": 1.5}
+    streams = []
+    for _ in range(2):
+        stream = tiny_service.synthesize({**request, "response_format": "pcm"})
+        streams.append((b"".join(c.data for c in stream), stream.result))
+    (miss, a), (hit, b) = streams
+    assert a is not None and b is not None and not a.timing.cache_hit and b.timing.cache_hit
+    assert hit == miss and len(miss) == 2 * round(5 * 1920 / 1.5)
+    assert a.duration_s == pytest.approx(b.duration_s, abs=1e-3) and a.duration_s == pytest.approx(
+        0.4 / 1.5, abs=1e-3
+    )
+    assert a.timing.audio_s == pytest.approx(b.timing.audio_s, abs=1e-3) == 0.4
+    assert a.timing.extra["speed"] == b.timing.extra["speed"] == 1.5
+
+
 def test_models_lists_the_loaded_model(client: openai.OpenAI, tiny_service: Service) -> None:
     assert [m.id for m in client.models.list()] == [tiny_service.engine.identity]
 

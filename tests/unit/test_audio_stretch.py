@@ -61,6 +61,17 @@ def test_speed_one_reproduces_the_input() -> None:
     np.testing.assert_allclose(stretch(x, 1.0, SR), x, rtol=0, atol=1e-6)
 
 
+def test_digital_silence_keeps_its_place() -> None:
+    """A gap of exact zeros gives the search nothing to align: the frames continue where they were,
+    so speech after the gap starts on time and nothing before it is copied into it."""
+    x = np.concatenate([_voiced(0.3), np.zeros(3000, dtype=np.float32), _voiced(0.3, seed=1)])
+    np.testing.assert_allclose(stretch(x, 1.0, SR), x, rtol=0, atol=1e-6)
+    out = stretch(x, 2.0, SR)
+    gap = out[round(0.3 * SR / 2) + 600 : round((0.3 * SR + 3000) / 2) - 600]
+    assert len(gap) > 0 and not gap.any()
+    assert not stretch(np.zeros(5000, dtype=np.float32), 0.5, SR).any()
+
+
 def test_output_follows_the_input_with_a_short_hold_back() -> None:
     """A streamed chunk's audio comes out with that chunk, less about 35 ms held for the search."""
     ts = TimeStretch(1.0, SR)

@@ -182,6 +182,10 @@ def test_a_rows_speed_scales_the_duration_window_and_the_longest_pause() -> None
     paused = speech_like(1.8, pause_s=2.0)
     assert _failed(_check(paused)) == {"pause"} and "pause" not in _failed(_check(paused, speed=0.5))
     assert "duration" in _failed(_check(speech_like(1.8), speed=4.0))
+    untrimmed = {"post": PostProcess(trim=False)}  # the edge limit, untrimmed, is the model's 1 s stretched
+    lead = speech_like(1.8, lead_s=1.5)
+    assert "edge_silence" in _failed(_check(lead, **untrimmed))
+    assert "edge_silence" not in _failed(_check(lead, speed=0.5, **untrimmed))
 
 
 def test_gate_settings_name_the_field() -> None:

@@ -7,8 +7,9 @@ its pitch, by waveform-similarity overlap-add (WSOLA, Verhelst and Roelands 1993
 at ``speed`` times the output's pace, each shifted by up to ``TOLERANCE_MS`` to where the input
 looks most like the natural continuation of the frame before it (the largest cross-correlation,
 normalised by the candidate's energy so that loud stretches do not win by loudness alone; at speed
-1.0 that is the continuation itself, and the input comes back unchanged), so pitch periods line up
-and nothing is pitch-shifted or phase-smeared.
+1.0 that is the continuation itself, and the input comes back unchanged; in digital silence, with
+nothing to align, the continuation is kept), so pitch periods line up and nothing is pitch-shifted
+or phase-smeared.
 
 Streaming is exact: a frame is placed only once every input sample its search can look at has
 arrived, and :meth:`TimeStretch.finish` pads the end with zeros the same way whatever came before,
@@ -96,7 +97,11 @@ class TimeStretch:
             corr = np.correlate(region, template, mode="valid").astype(np.float64)
             squares = np.concatenate([[0.0], np.cumsum(region.astype(np.float64) ** 2)])
             energy = squares[self._n :] - squares[: -self._n]  # of each candidate
-            start = lo + int(np.argmax(corr / np.sqrt(np.maximum(energy, 1e-12))))
+            scores = corr / np.sqrt(np.maximum(energy, 1e-12))
+            best = int(np.argmax(scores))
+            # silence (or nothing alike): the natural continuation, within the search range
+            natural = min(max(self._prev + self._hop, lo), hi)
+            start = natural if scores[best] <= 0.0 else lo + best
         self._prev = start
         self._acc += self._window * self._take(start, self._n)
         done = self._acc[: self._hop].copy()

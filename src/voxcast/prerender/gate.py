@@ -241,7 +241,7 @@ def check_render(
     }
     edge = settings.edge_silence_ms
     if edge is None:
-        edge = pad_ms + 50.0 if pad_ms is not None else 1000.0
+        edge = pad_ms + 50.0 if pad_ms is not None else 1000.0 / speed  # untrimmed: the model's, stretched
     worst_edge = max(prof.leading_ms, prof.trailing_ms)
     checks["edge_silence"] = {"ok": worst_edge <= edge, "value": round(worst_edge), "limit": round(edge)}
     max_pause = settings.max_pause_ms / speed
