@@ -98,11 +98,15 @@ async def _run(
     return sink
 
 
-def test_a_sentence_is_spoken_through_the_pipeline(base_url: str, service: Service) -> None:
+@pytest.mark.parametrize("speed", [None, 1.25])
+def test_a_sentence_is_spoken_through_the_pipeline(
+    base_url: str, service: Service, speed: float | None
+) -> None:
     text = "Hello there, how are you today?"
     extra = {"seed": 4, "max_frames": 8, "cache": False}
+    rate = {} if speed is None else {"speed": speed}
     tts = VoxcastTTSService(
-        base_url=base_url, api_key=KEY, extra=extra, settings=VoxcastTTSService.Settings(voice="ryan")
+        base_url=base_url, api_key=KEY, extra=extra, settings=VoxcastTTSService.Settings(voice="ryan", **rate)
     )
 
     async def script(worker: PipelineWorker, sink: Sink) -> None:
@@ -119,10 +123,11 @@ def test_a_sentence_is_spoken_through_the_pipeline(base_url: str, service: Servi
     direct = b"".join(
         c.data
         for c in service.synthesize(
-            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra, **rate}
         )
     )
     assert b"".join(f.audio for f in audio) == direct
+    assert len(direct) == 2 * round(8 * 1280 / (speed or 1.0))  # 8 frames at 16 kHz, 1 / speed as long
     assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
 
 

@@ -61,14 +61,16 @@ _LANGUAGES = {
 @dataclass
 class VoxcastTTSSettings(TTSSettings):
     """Runtime-updatable settings: ``voice`` (a speaker or a registered voice id), ``language``,
-    ``model`` (any name; one model per server) and ``instructions`` (voxcast's ``instruct``)."""
+    ``model`` (any name; one model per server), ``instructions`` (voxcast's ``instruct``) and
+    ``speed`` (the speaking rate, 0.25-4.0, pitch kept)."""
 
     instructions: str | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
+    speed: float | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
 
 
 def _settings_store(settings: VoxcastTTSSettings | None) -> VoxcastTTSSettings:
     """The defaults (speaker ``ryan``) updated with the caller's settings."""
-    store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None)
+    store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None, speed=None)
     if settings is not None:
         store.apply_update(settings)
     return store
@@ -82,7 +84,7 @@ def _language(language: Language) -> str:
 def _voice_fields(settings: VoxcastTTSSettings, instruct: str) -> dict[str, Any]:
     """The settings that are set, as request fields (``instructions`` named ``instruct``)."""
     out = {}
-    for name in ("voice", "language", "instructions"):
+    for name in ("voice", "language", "instructions", "speed"):
         value = getattr(settings, name)
         if value is not None and value is not NOT_GIVEN:
             out[instruct if name == "instructions" else name] = value
