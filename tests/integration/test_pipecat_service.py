@@ -24,6 +24,7 @@ from pipecat.frames.frames import (
     TTSSpeakFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
+    TTSUpdateSettingsFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -129,6 +130,29 @@ def test_a_sentence_is_spoken_through_the_pipeline(
     assert b"".join(f.audio for f in audio) == direct
     assert len(direct) == 2 * round(8 * 1280 / (speed or 1.0))  # 8 frames at 16 kHz, 1 / speed as long
     assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+def test_speed_changes_while_the_pipeline_runs(base_url: str, service: Service) -> None:
+    """A caller asks the agent to slow down: a settings update applies from the next sentence."""
+    text = "Hello there, how are you today?"
+    extra = {"seed": 4, "max_frames": 8, "cache": False}
+    tts = VoxcastTTSService(base_url=base_url, api_key=KEY, extra=extra)
+    spoken: list[bytes] = []
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        for update in (None, VoxcastTTSService.Settings(speed=0.5)):
+            if update is not None:
+                await worker.queue_frame(TTSUpdateSettingsFrame(delta=update))
+            start = len(sink.frames)
+            await worker.queue_frame(TTSSpeakFrame(text))
+            while not any(isinstance(f, TTSStoppedFrame) for f in sink.frames[start:]):
+                await asyncio.sleep(0.02)
+            spoken.append(b"".join(f.audio for f in sink.frames[start:] if isinstance(f, TTSAudioRawFrame)))
+
+    asyncio.run(_run(tts, script, 16000))
+    assert [len(a) for a in spoken] == [2 * 8 * 1280, 2 * 2 * 8 * 1280]  # twice as long at half speed
+    request = {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+    assert spoken[1] == b"".join(c.data for c in service.synthesize({**request, "speed": 0.5}))
 
 
 async def _stopped(sink: Sink) -> None:
