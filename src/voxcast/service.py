@@ -46,6 +46,7 @@ from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, Store
 from voxcast.storage.keys import validate_key
 from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
+from voxcast.voices.aliases import parse_aliases
 from voxcast.watermark import check_watermark, load_watermarker, mark_file, watermark_from_env
 from voxcast.watermark.perth import PerthWatermarker
 
@@ -85,6 +86,8 @@ class ServiceConfig:
             marked, live streams are not (a cache hit streams the stored, marked copy).
         watermark_model: the watermark's weights (``VOXCAST_WATERMARK_MODEL``; default: the installed
             resemble-perth package's).
+        voice_aliases: names for voices (``VOXCAST_VOICE_ALIASES``, e.g. ``alloy=ryan,nova=vivian``;
+            :mod:`voxcast.voices.aliases`), keys in lower case.
     """
 
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -94,6 +97,7 @@ class ServiceConfig:
     store_guard: GuardSettings = field(default_factory=GuardSettings)
     watermark: str = "off"
     watermark_model: str | None = None
+    voice_aliases: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_watermark(self.watermark)
@@ -116,6 +120,7 @@ class ServiceConfig:
             ),
             watermark=watermark,
             watermark_model=watermark_model,
+            voice_aliases=parse_aliases(env.get("VOXCAST_VOICE_ALIASES")),
         )
 
 
@@ -400,16 +405,23 @@ class Service:
         t0 = time.perf_counter()
         try:
             if req.voice is not None:
-                if req.voice.lower() in self.engine.speakers:
-                    return None, req.voice.lower(), None
+                name = self.config.voice_aliases.get(req.voice.lower(), req.voice)
+                if name != req.voice:
+                    timing.extra["voice_alias"] = req.voice
+                if name.lower() in self.engine.speakers:
+                    return None, name.lower(), None
+                alias = f" (an alias of {name!r})" if name != req.voice else ""
                 if not self.engine.clones_voices:
                     raise VoiceNotFound(
-                        f"unknown speaker {req.voice!r}; this model has {list(self.engine.speakers)}",
+                        f"unknown speaker {req.voice!r}{alias}; this model has {list(self.engine.speakers)}",
                         field="voice",
                     )
-                prompt, lru_hit = self.voices.lookup(req.voice)
+                try:
+                    prompt, lru_hit = self.voices.lookup(name)
+                except VoiceNotFound as e:
+                    raise VoiceNotFound(f"{e.message}{alias}", field="voice") from None
                 timing.voice_cache_hit = lru_hit
-                return prompt, req.voice, req.voice
+                return prompt, name, name
             audio = req.ref_audio_bytes()
             if audio is not None:
                 if not self.engine.clones_voices:

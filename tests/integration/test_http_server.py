@@ -4,6 +4,7 @@ uvicorn on a free loopback port serving tiny checkpoints."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import shutil
@@ -182,6 +183,46 @@ def test_a_cache_hit_at_a_speed_reports_what_the_render_reported(tiny_service: S
     )
     assert a.timing.audio_s == pytest.approx(b.timing.audio_s, abs=1e-3) == 0.4
     assert a.timing.extra["speed"] == b.timing.extra["speed"] == 1.5
+
+
+@contextlib.contextmanager
+def _closing_all_but_the_engine(service: Service) -> Iterator[None]:
+    """A second service on the module's engine: close its own parts, not the shared engine."""
+    try:
+        yield
+    finally:
+        service.voices.close(timeout=5)
+        service.store.close()
+
+
+def test_voice_aliases_such_as_openais_names(tiny_service: Service, tmp_path: Path) -> None:
+    """``VOXCAST_VOICE_ALIASES``: an OpenAI client's ``alloy`` is the deployment's ``ryan`` (any case,
+    the same audio and cache entry); an alias of a voice the model lacks fails naming the field; the
+    voice list shows the aliases."""
+    config = ServiceConfig(store_audio=False, voice_aliases={"alloy": "ryan", "ghost": "nobody"})
+    service = Service.assemble(config, tiny_service.engine, LocalBlobStore(tmp_path, fsync=False))
+    with (
+        running(create_app(ServiceHolder(service), HttpConfig())) as url,
+        _closing_all_but_the_engine(service),
+    ):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+        extra = {"seed": 13, "max_frames": 5}
+        said = [
+            client.audio.speech.create(
+                **{**SAY, "voice": voice}, response_format="pcm", extra_body=extra
+            ).content
+            for voice in ("ryan", "alloy", "ALLOY")
+        ]
+        assert said[0] == said[1] == said[2] and len(said[0]) == 5 * 1920 * 2
+        assert len([p for p in (tmp_path / "audio").rglob("*") if p.is_file()]) == 1  # one cache entry
+        with pytest.raises(openai.BadRequestError) as err:
+            client.audio.speech.create(**{**SAY, "voice": "ghost"})
+        body = err.value.body
+        assert isinstance(body, dict) and body["param"] == "voice" and body["code"] == "voice_not_found"
+        assert "an alias of 'nobody'" in body["message"]
+        voices = httpx.get(url + "/v1/audio/voices").json()["data"]
+        assert {"id": "alloy", "object": "voice", "alias_of": "ryan"} in voices
+        assert "ryan" in [v["id"] for v in voices]
 
 
 def test_models_lists_the_loaded_model(client: openai.OpenAI, tiny_service: Service) -> None:

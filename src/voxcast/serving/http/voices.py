@@ -100,7 +100,11 @@ def voice_routes(get_service: Callable[[], Service], max_body_bytes: int) -> API
     async def list_voices() -> dict[str, Any]:
         service = get_service()
         voices = await anyio.to_thread.run_sync(service.voices.list_voices)
-        return {"object": "list", "data": [_voice(v) for v in voices]}
+        aliases = [
+            {"id": alias, "object": "voice", "alias_of": voice}
+            for alias, voice in sorted(service.config.voice_aliases.items())
+        ]
+        return {"object": "list", "data": [_voice(v) for v in voices] + aliases}
 
     @router.post("/audio/voices", status_code=201)
     async def register(request: Request) -> JSONResponse:
