@@ -19,9 +19,11 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,6 +37,9 @@ from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday afternoon."
 REF_TEXT = "This is a reference recording for the benchmark."
+
+
+_T = TypeVar("_T")
 
 
 def checkpoint(size: str, kind: str = "base") -> Path:
@@ -156,6 +161,23 @@ def machine_info() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
     }
+
+
+def at_once(n: int, fn: Callable[[int], _T]) -> list[_T]:
+    """``[fn(0), ..., fn(n - 1)]``, each on its own thread, all released together (a barrier)."""
+    out: list[Any] = [None] * n
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        out[i] = fn(i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
 
 
 def median(rows: list[dict[str, float]], key: str) -> float:

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
+from bench_engine import at_once, checkpoint, cpu_name, machine_info  # noqa: E402
 from tests.fixtures.http_server import running  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
@@ -130,19 +130,7 @@ def ws_once(url: str, frames: int, seed: int) -> dict[str, float]:
 
 
 def together(fn: Any, target: str, n: int, frames: int, seed0: int) -> list[dict[str, float]]:
-    out: list[dict[str, float]] = [{} for _ in range(n)]
-    barrier = threading.Barrier(n)
-
-    def one(i: int) -> None:
-        barrier.wait()
-        out[i] = fn(target, frames, seed0 + i)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return at_once(n, lambda i: fn(target, frames, seed0 + i))
 
 
 def client_main() -> int:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_engine import at_once  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
@@ -28,11 +30,7 @@ from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 
 def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{} for _ in range(n)]
-    start = threading.Barrier(n)
-
-    def one(i: int) -> None:
-        start.wait()
+    def one(i: int) -> dict[str, Any]:
         stream = engine.synthesize(
             {"text": "Timeline test sentence.", "voice": "ryan", "seed": i, "max_frames": frames}
         )
@@ -42,7 +40,7 @@ def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:
             durs.append(chunk.duration_s)
             sizes.append(chunk.frames)
         stalls, stall_s = playback_stalls(emits, durs)
-        out[i] = {
+        return {
             "emits_s": emits,
             "durations_s": durs,
             "chunk_frames": sizes,
@@ -51,12 +49,7 @@ def run_level(engine: Engine, n: int, frames: int) -> list[dict[str, Any]]:
             "stall_s": stall_s,
         }
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return at_once(n, one)
 
 
 def plot(levels: dict[int, list[dict[str, Any]]], path: Path) -> None:

@@ -23,7 +23,6 @@ import dataclasses
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
+from bench_engine import at_once, checkpoint, cpu_name, machine_info  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
@@ -41,12 +40,9 @@ TEXT = "Thank you for calling."
 
 def run_together(engine: Engine, mode: str, n: int, frames: int, seed0: int) -> list[float]:
     """Start ``n`` streams at once; each one's first audio (ms from its own start), in start order."""
-    out = [0.0] * n
-    barrier = threading.Barrier(n)
 
-    def one(i: int) -> None:
+    def one(i: int) -> float:
         request = {"text": TEXT, "voice": "ryan", "max_frames": frames, "seed": seed0 + i}
-        barrier.wait()
         t0 = time.perf_counter()
         if mode == "whole":
             stream = engine.synthesize(request)
@@ -55,16 +51,12 @@ def run_together(engine: Engine, mode: str, n: int, frames: int, seed0: int) -> 
             stream.close_text()
         it = iter(stream)
         next(it)
-        out[i] = (time.perf_counter() - t0) * 1000
+        first = (time.perf_counter() - t0) * 1000
         for _ in it:
             pass
+        return first
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return at_once(n, one)
 
 
 def main() -> int:
