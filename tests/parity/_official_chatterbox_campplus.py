@@ -10,23 +10,21 @@ after, so nothing else sees the stubs. A torchaudio that does import is used as 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from tests.parity._modules import swapped_modules
 from tests.parity._official_chatterbox import import_chatterbox
 
 __all__ = ["import_official_xvector", "official_campplus", "official_kaldi"]
 
-_NAMES = ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi")
 _KALDI: list[types.ModuleType] = []
 
 
@@ -55,23 +53,9 @@ def _load_kaldi() -> types.ModuleType | None:
     if not path.is_file() or file_spec is None or file_spec.loader is None:
         return None
     kaldi = importlib.util.module_from_spec(file_spec)
-    with _stubbed({"torchaudio": _stub("torchaudio")}):
+    with swapped_modules({"torchaudio": _stub("torchaudio")}):
         file_spec.loader.exec_module(kaldi)
     return kaldi
-
-
-@contextlib.contextmanager
-def _stubbed(modules: dict[str, types.ModuleType]) -> Iterator[None]:
-    saved = {name: sys.modules.get(name) for name in _NAMES}
-    sys.modules.update(modules)
-    try:
-        yield
-    finally:
-        for name, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = mod
 
 
 def official_kaldi() -> types.ModuleType | None:
@@ -94,7 +78,7 @@ def import_official_xvector() -> types.ModuleType | None:
     ta, compliance = _stub("torchaudio"), _stub("torchaudio.compliance")
     ta.compliance = compliance  # type: ignore[attr-defined]
     compliance.kaldi = kaldi  # type: ignore[attr-defined]
-    with _stubbed(
+    with swapped_modules(
         {"torchaudio": ta, "torchaudio.compliance": compliance, "torchaudio.compliance.kaldi": kaldi}
     ):
         return import_chatterbox("models.s3gen.xvector")

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.parity._modules import swapped_modules
+
 __all__ = ["official_watermarker"]
 
 _TRANSFORMS = ("Spectrogram", "InverseSpectrogram")
@@ -111,18 +113,10 @@ def _import_perth() -> Any:
         "torchaudio": torchaudio,
         "torchaudio.transforms": transforms,
     }
-    saved = {k: sys.modules.get(k) for k in stand_ins}
     for k in ("perth", *[m for m in sys.modules if m.startswith("perth.")]):
         sys.modules.pop(k, None)  # a perth imported without the stand-ins lacks the watermarker
-    sys.modules.update(stand_ins)
-    try:
+    with swapped_modules(stand_ins):
         return importlib.import_module(name)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
 
 
 def official_watermarker() -> Any:
