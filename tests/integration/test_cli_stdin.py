@@ -131,3 +131,36 @@ def test_text_and_stdin_together_are_refused(tmp_path: Path) -> None:
         capture_output=True, env=_env(tmp_path), cwd=REPO, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "not both" in done.stderr.decode()
+
+
+def test_words_with_streaming_text_equal_the_whole_text_byte_for_byte(
+    tiny_model_dir: Factory, tmp_path: Path
+) -> None:
+    """``--streaming-text`` (``non_streaming_text: false``) is the layout text in pieces uses, so the
+    text fed word by word gives exactly the bytes of the whole text at once with that flag."""
+    model, text = tiny_model_dir("custom_voice"), "Hello there, how are you? Fine, thanks."
+    cmd = _cmd(model, "-", "--format", "pcm", "--streaming-text")
+    cmd[cmd.index("--max-frames") + 1] = "24"
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path), cwd=REPO
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    words = text.split(" ")
+    proc.stdin.write(f"{words[0]} {words[1]}".encode())  # "Hello" is complete once the next word starts
+    proc.stdin.flush()
+    first = proc.stdout.read(1920 * 2)  # spoken from the first word, before the rest is written
+    for word in words[2:-1]:
+        proc.stdin.write(b" " + word.encode())
+        proc.stdin.flush()
+    stdout, stderr = proc.communicate(input=b" " + words[-1].encode(), timeout=120)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    pieces = first + stdout
+
+    whole = tmp_path / "whole.pcm"
+    once = [a for a in cmd if a != "--stdin"]
+    once[once.index("--out") + 1] = str(whole)
+    done = subprocess.run(
+        [*once, "--no-cache", text], capture_output=True, env=_env(tmp_path), cwd=REPO, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len(pieces) == 24 * 1920 * 2 and pieces == whole.read_bytes()

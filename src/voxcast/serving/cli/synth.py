@@ -51,8 +51,17 @@ def add_parsers(sub: Any) -> None:
         choices=("words", "sentences"),
         default="words",
         help="with --stdin: 'words' (default) feeds the model each word as soon as it is complete, one "
-        "utterance up to the end of input (with --seed, the audio of the whole text at once); "
-        "'sentences' speaks each sentence on its own once the text after it arrives",
+        "utterance up to the end of input; 'sentences' speaks each sentence on its own once the text "
+        "after it arrives. With --seed, 'words' gives byte for byte the audio of "
+        "'synth TEXT --seed N --streaming-text', not of 'synth TEXT --seed N' for a named speaker, "
+        "whose default puts the whole text in the prefill",
+    )
+    p.add_argument(
+        "--streaming-text",
+        action="store_true",
+        help="feed the text one token per frame (the request's non_streaming_text: false) instead of "
+        "the model's default (named speakers: the whole text in the prefill); text read with --stdin "
+        "is always fed this way",
     )
     p.add_argument(
         "--out", required=True, help="output file; the extension picks the format ('-' with --stdin: stdout)"
@@ -184,6 +193,8 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
         "cache": not args.no_cache,
         "greedy": args.greedy,
     }
+    if args.streaming_text:
+        req["non_streaming_text"] = False
     for key in ("voice", "ref_text", "instruct", "seed", "max_frames", "speed"):
         if getattr(args, key) is not None:
             req[key] = getattr(args, key)
