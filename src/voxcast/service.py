@@ -18,16 +18,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from voxcast.audio.av_stream import unfinalize_flac
 from voxcast.audio.encode import StreamEncoder, stream_to_file
 from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
 from voxcast.audio.stretch import TimeStretch
-from voxcast.audio.wav import data_span
+from voxcast.audio.wav import WavCodec, data_span, stream_header
 from voxcast.cache import AudioCache, CachedStream
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
@@ -179,6 +180,32 @@ def _wav_samples(chunks: Iterator[bytes]) -> Iterator[bytes]:
             data = data[:remaining]
             remaining -= len(data)
         yield data
+
+
+def _as_streamed(chunks: Iterator[bytes], fmt: AudioFormat, sample_rate: int) -> Iterator[bytes]:
+    """A stored file's chunks turned into the bytes a live stream of the same audio sends: raw
+    samples for G.711, the streaming header (sizes unknown) for WAV, "length unknown" for FLAC; the
+    other formats are stored as streamed."""
+    if fmt in _RAW_G711:
+        return _wav_samples(chunks)
+    if fmt == AudioFormat.WAV:
+        return _head_rewritten(
+            _wav_samples(chunks), 0, lambda head: stream_header(WavCodec.PCM16, sample_rate) + head
+        )
+    if fmt == AudioFormat.FLAC:
+        return _head_rewritten(chunks, 26, unfinalize_flac)
+    return chunks
+
+
+def _head_rewritten(chunks: Iterator[bytes], size: int, rewrite: Callable[[bytes], bytes]) -> Iterator[bytes]:
+    """``chunks`` with their first ``size`` bytes (at least one chunk) passed through ``rewrite``."""
+    head = b""
+    for data in chunks:
+        head += data
+        if len(head) >= size:
+            break
+    yield rewrite(head)
+    yield from chunks
 
 
 def _tee(chunks: Iterator[bytes], into: list[bytes]) -> Iterator[bytes]:
@@ -558,8 +585,7 @@ class Service:
             body = hit.iter_chunks(CACHE_READ_CHUNK_BYTES)
             if s.keep_file:
                 body = _tee(body, kept)
-            if req.response_format in _RAW_G711:
-                body = _wav_samples(body)
+            body = _as_streamed(body, req.response_format, req.sample_rate)  # the bytes a live stream sends
             for data in body:
                 if s.cancelled:
                     break

@@ -61,7 +61,7 @@ def test_wav_stream_is_stored_and_cached(service: Service) -> None:
 
     again, hit = _collect(service, seed=4, max_frames=6)
     assert hit.timing.cache_hit and hit.audio_key == result.audio_key
-    assert again == stored  # a hit streams the complete file
+    assert again == data  # a hit streams the live stream's bytes (streaming header), not the file's
     assert hit.timing.finish_reason == "cache" and hit.timing.prefill_parts == 0 and hit.timing.talker_ms == 0
 
 
@@ -118,6 +118,17 @@ def test_flac_streams_and_is_stored_with_its_length(service: Service) -> None:
     assert stored == stream_to_file(AudioFormat.FLAC, 24000, b"".join(c.data for c in chunks))
     pcm, sr = sf.read(io.BytesIO(stored))
     assert sr == 24000 and len(pcm) == 12 * 1920
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_a_cache_hit_streams_the_bytes_of_the_live_stream(service: Service, fmt: str) -> None:
+    """The same audio gives the same bytes: a hit streams the stored file with the live stream's
+    header (WAV sizes and FLAC sample count unknown), while the stored file keeps its true sizes."""
+    live, miss = _collect(service, seed=5, max_frames=7, response_format=fmt, sample_rate=16000)
+    hit, result = _collect(service, seed=5, max_frames=7, response_format=fmt, sample_rate=16000)
+    assert result.timing.cache_hit and not miss.timing.cache_hit
+    assert hit == live
+    assert service.store.get_bytes(result.audio_key) == stream_to_file(AudioFormat(fmt), 16000, live)
 
 
 def test_unknown_speaker_is_a_field_error(service: Service) -> None:

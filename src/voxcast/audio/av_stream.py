@@ -141,3 +141,16 @@ def finalize_flac(data: bytes, samples: int | None = None) -> bytes:
     head[21] = (head[21] & 0xF0) | ((samples >> 32) & 0x0F)
     head[22:26] = struct.pack(">I", samples & 0xFFFFFFFF)
     return bytes(head) + data[42:]
+
+
+def unfinalize_flac(data: bytes) -> bytes:
+    """The inverse of :func:`finalize_flac`: the total sample count set back to 0 ("unknown"), as a
+    live stream says it, so a stored file streamed again gives the live stream's bytes. ``data`` may be
+    only the start of the file (at least 26 bytes); unchanged where it is not a FLAC file starting
+    with STREAMINFO."""
+    if len(data) < 26 or data[:4] != b"fLaC" or data[4] & 0x7F != 0:
+        return data
+    head = bytearray(data[:26])
+    head[21] &= 0xF0
+    head[22:26] = bytes(4)
+    return bytes(head) + data[26:]
