@@ -96,10 +96,21 @@ def test_the_sdks_client_submits_and_polls_the_stream_of_a_queue_endpoint(
     assert job.status() == "COMPLETED" and plane.jobs[job.job_id].t_done is not None
 
 
-def test_yielded_error_fails_the_job_with_its_str(worker: WorkerProcess) -> None:
+def test_yielded_error_fails_the_job_with_its_str(
+    worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The production contract: a yielded ``{"error": value}`` ends the generator's job, and the done
+    POST carries only ``{"error": str(value)}``, which the platform records as FAILED (what the SDK's
+    client then reads)."""
+    import runpod
+
     rec = worker.plane.wait_done(worker.plane.submit({"bad": True}), 30)
     assert rec.streams == []
     assert json.loads(rec.done["error"]) == {"code": "invalid_request", "field": "text"}
+    monkeypatch.setattr(runpod, "endpoint_url_base", worker.plane.url + "/v2")
+    job = runpod.Endpoint("voxcast", api_key=API_KEY).run({"bad": True})
+    worker.plane.wait_done(job.job_id, 30)
+    assert job.status() == "FAILED"
 
 
 def test_stop_signal_cancels_the_task_and_the_worker_serves_on(worker: WorkerProcess) -> None:

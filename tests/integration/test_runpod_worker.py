@@ -172,6 +172,10 @@ def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_pat
         assert out["status"] == "COMPLETED", out
         (final,) = out["output"]
         assert final["done"] is True and final["audio"] and final["timing"]["frames"] == 3
+        # runpod 1.12's local server ignores a generator's yielded error (rp_fastapi._sim_runsync): the
+        # job says COMPLETED with the error as its last output, where production fails it (documented)
+        bad = _post_json(f"http://127.0.0.1:{port}/runsync", {"input": {"text": "hi", "sample_rate": 5}}, 60)
+        assert bad["status"] == "COMPLETED" and bad["output"][-1]["error"]["field"] == "sample_rate", bad
     finally:
         proc.terminate()
         try:

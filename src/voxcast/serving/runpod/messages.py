@@ -17,7 +17,9 @@ Chunk protocol (one message per ``yield``; every value JSON-able, nothing binary
     ``t0_unix`` = wall clock of the ``t_ms`` origin, ``handler`` = the adapter's own timing), and
     for small non-streaming requests the whole file as base64 ``audio``.
 ``{"error": {"code": "invalid_request", "message": "...", "field": "text"}}``
-    ends the job as FAILED.
+    ends the job; in production the SDK sends ``{"error": str(value)}`` as its result and the platform
+    marks it FAILED (runpod 1.12's local API server reports a generator's job COMPLETED regardless,
+    with this message as the last output).
 """
 
 from __future__ import annotations
