@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,33 @@ from voxcast.serving.runpod.messages import ErrorPayload, audio_messages, error_
 from voxcast.serving.runpod.mirror import mirror_key
 
 # ------------------------------------------------------------------------- config
+
+
+def _hub_defaults() -> dict[str, str]:
+    """The environment a worker created from the RunPod Hub's defaults gets (``.runpod/hub.json``)."""
+    hub = json.loads((Path(__file__).resolve().parents[2] / ".runpod" / "hub.json").read_text())
+    out = {}
+    for e in hub["config"]["env"]:
+        value = e["input"].get("default")
+        if value is not None:
+            out[e["key"]] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def test_hub_defaults_are_the_handlers_own() -> None:
+    """A worker started from the Hub with its defaults runs as one started with no settings at all:
+    in particular the engine's batch size follows VOXCAST_RUNPOD_CONCURRENCY (1), so warm-up records
+    one batch size, not four (VOXCAST_MAX_ACTIVE=8 in the Hub made every start 1.5 -> 8.1 s on the
+    tiny model for streams that one job at a time never batches)."""
+    from voxcast.service import ServiceConfig
+    from voxcast.serving.runpod.main import service_env
+
+    hub = _hub_defaults()
+    assert RunpodConfig.from_env(hub) == RunpodConfig.from_env({})
+    built = ServiceConfig.from_env(service_env(hub, RunpodConfig.from_env(hub)))
+    bare = ServiceConfig.from_env(service_env({}, RunpodConfig.from_env({})))
+    assert built.engine.max_active == bare.engine.max_active == 1
+    assert built == bare
 
 
 def test_config_defaults_and_env() -> None:

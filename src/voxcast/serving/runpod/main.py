@@ -34,7 +34,7 @@ from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.handler import RunpodHandler
 from voxcast.serving.runpod.local import is_local, run_local
 
-__all__ = ["main"]
+__all__ = ["main", "service_env"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,13 @@ def _redis_client(url: str) -> Any:
     return client
 
 
+def service_env(env: Mapping[str, str], config: RunpodConfig) -> dict[str, str]:
+    """The environment the worker's service is built from: ``env`` with ``VOXCAST_MAX_ACTIVE``
+    defaulting to the jobs the worker runs at once (the engine runs at most as many streams as the
+    SDK runs jobs, so warm-up records those batch sizes only: 1 by default)."""
+    return {**env, "VOXCAST_MAX_ACTIVE": env.get("VOXCAST_MAX_ACTIVE") or str(config.concurrency)}
+
+
 def main(env: Mapping[str, str] | None = None) -> int:
     """Load and warm the service, then run the RunPod worker loop.
 
@@ -71,11 +78,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         from voxcast.service import Service, ServiceConfig
 
         config = RunpodConfig.from_env(env)
-        # the engine runs at most as many streams as the SDK runs jobs: warm up those batch sizes only
-        batch = env.get("VOXCAST_MAX_ACTIVE") or str(config.concurrency)
-        service = Service.load(
-            ServiceConfig.from_env({**env, "VOXCAST_MAX_ACTIVE": batch}), serve_metrics(env)
-        )
+        service = Service.load(ServiceConfig.from_env(service_env(env, config)), serve_metrics(env))
         redis_client = _redis_client(config.redis_url) if config.redis_url else None
     except Exception:
         log.exception("voxcast runpod worker: start-up failed; exiting")
