@@ -117,7 +117,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--gate",
         help='quality-gate settings as JSON, e.g. \'{"chars_per_s": [4, 20], "max_pause_ms": 1000}\' '
-        "(docs/prerender.md)",
+        '(docs/queue.md, "Prerendering prompt libraries")',
     )
     p.add_argument("--no-gate", action="store_true", help="store every render without checking it")
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
