@@ -43,6 +43,7 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (  # noqa: E402
     StreamSettings,
     TurboAudioStream,
     one_pass,
+    prompt_cache,
     trim_fade,
 )
 from voxcast.testing.signals import speech_like  # noqa: E402
@@ -103,7 +104,17 @@ def main() -> int:
     )
     ap.add_argument("--left", type=int, default=StreamSettings.left)
     ap.add_argument("--right", type=int, default=StreamSettings.right)
-    ap.add_argument("--sweep", help="only (c), for these left:right windows in tokens, e.g. 8:4,16:4,32:8")
+    ap.add_argument(
+        "--prompt-cache",
+        type=int,
+        default=StreamSettings.prompt_cache,
+        choices=[0, 1],
+        help="(c): the voice prompt's rows computed once (1) or in every window (0: exact windows)",
+    )
+    ap.add_argument(
+        "--sweep",
+        help="only (c), for these left:right[:prompt cache] windows in tokens, e.g. 8:4,16:4,32:8 or 16:4:0,16:4:1",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-stream.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)  # random weights drive HiFT into denormals
@@ -111,7 +122,9 @@ def main() -> int:
 
     folder = args.model or build(ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
     model = ChatterboxTurbo.from_pretrained(folder, LoadOptions())
-    settings = StreamSettings(left=args.left, right=args.right, prompt_tokens=args.prompt_tokens)
+    settings = StreamSettings(
+        left=args.left, right=args.right, prompt_tokens=args.prompt_tokens, prompt_cache=args.prompt_cache
+    )
     voice = model.make_voice(speech_like(args.reference_seconds, 24000, seed=9), 24000, None, False)
     g = torch.Generator().manual_seed(1)
     n = int(args.seconds * 25) - len(TAIL)
@@ -126,9 +139,14 @@ def main() -> int:
     warm.push(tokens[:40])
     warm.finish()
 
+    t0 = time.perf_counter()
+    cache = prompt_cache(flow, *settings.trim_prompt(pt, pm.to(flow.input_embedding.weight.dtype)), xv)
+    cache_s = time.perf_counter() - t0  # once per voice (when the voice is built or loaded)
+    print(f"prompt cache: {cache_s * 1000:.0f} ms once per voice, {cache.nbytes / 2**20:.0f} MiB", flush=True)
+
     def run_c(st: StreamSettings) -> tuple[TurboAudioStream, np.ndarray, list[float], list[int]]:
         """(c) ours: tokens pushed 4 at a time (as an engine's chunks would bring them)."""
-        s = TurboAudioStream(flow, hift, pt, pm, xv, 7, st)
+        s = TurboAudioStream(flow, hift, pt, pm, xv, 7, st, cache=cache if st.prompt_cache else None)
         parts, costs, bounds = [], [], []
         for i in range(0, n, 4):
             t0 = time.perf_counter()
@@ -154,8 +172,9 @@ def main() -> int:
     if args.sweep:  # (c) with other windows, against the same reference (same tokens and noise)
         sweep = {}
         for item in args.sweep.split(","):
-            left, right = (int(x) for x in item.split(":"))
-            st = StreamSettings(left=left, right=right, prompt_tokens=args.prompt_tokens)
+            left, right, *rest = (int(x) for x in item.split(":"))
+            pc = rest[0] if rest else args.prompt_cache
+            st = StreamSettings(left=left, right=right, prompt_tokens=args.prompt_tokens, prompt_cache=pc)
             _, audio, costs, bounds = run_c(st)
             m = metrics(audio, ref_np, bounds, costs)
             sweep[item] = {
@@ -166,13 +185,17 @@ def main() -> int:
                 )
             }  # fmt: skip
             print(
-                f"left {left:3d} right {right:2d}: max|diff| {m['max_abs_diff']:.2e}  SNR {m['snr_db']:6.1f} dB  "
+                f"left {left:3d} right {right:2d} prompt cache {pc}: max|diff| {m['max_abs_diff']:.2e}  SNR {m['snr_db']:6.1f} dB  "
                 f"boundary {m['boundary_jump_ratio']:.2f}  median chunk {m['chunk_ms_median']:.0f} ms  "
                 f"last / first full chunk {m['full_chunk_last_over_first'] or 0:.2f}x ({m['full_chunks']} chunks)"
             )
+        print(f"one pass (flow + HiFT over all tokens at once): {one_pass_s:.2f} s")
         doc = {
             "machine": machine_info(),
             "config": {k: str(v) for k, v in vars(args).items()},
+            "one_pass_s": round(one_pass_s, 3),
+            "prompt_cache_ms": round(cache_s * 1000, 1),
+            "prompt_cache_mib": round(cache.nbytes / 2**20, 1),
             "sweep": sweep,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -151,13 +151,27 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--decode-thread", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument(
+        "--prompt-cache",
+        type=int,
+        default=1,
+        choices=[0, 1],
+        help="S3Gen's voice prompt computed once per voice (1, the default) or in every window (0: exact)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-turbo.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
     folder = build(args.model or ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
     t0 = time.perf_counter()
     engine = Engine.load(
-        EngineConfig(model=str(folder), device="cpu", max_active=max(map(int, args.streams.split(","))))
+        EngineConfig(
+            model=str(folder),
+            device=args.device,
+            dtype=args.dtype,
+            decode_thread=args.decode_thread,
+            max_active=max(map(int, args.streams.split(","))),
+            turbo_prompt_cache=args.prompt_cache,
+        )
     )
     ready_s = time.perf_counter() - t0
     buf = io.BytesIO()

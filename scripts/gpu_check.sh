@@ -9,7 +9,7 @@ OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" VOXCAST_CALIBRATION_DIR=off
 PY=${PY:-python3}
-STEPS=${STEPS:-tests eager unload compiled turbo}  # which of the five to run
+STEPS=${STEPS:-tests eager unload compiled turbo load}  # which of the six to run
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
@@ -25,3 +25,6 @@ has compiled && timeout "${COMPILED_S:-200}" $PY scripts/bench_serving.py --size
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread off --out "$OUT" 2>&1 | tee "$OUT/serving-compiled.log"
 has turbo && timeout "${TURBO_S:-300}" $PY scripts/bench_chatterbox_turbo.py --size full --device cuda --dtype bfloat16 \
     --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --out "$OUT/chatterbox-turbo-cuda.json" 2>&1 | tee "$OUT/turbo.log"
+# Capacity (issue 45): open-loop Poisson load through the real HTTP server, compiled, 0.6B bfloat16.
+has load && VOXCAST_COMPILE=on timeout "${LOAD_S:-180}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
+    --rates "${LOAD_RATES:-5,10,20,30}" --duration "${LOAD_DURATION_S:-10}" --max-active 32 --out "$OUT" 2>&1 | tee "$OUT/load.log"

@@ -178,12 +178,13 @@ class EngineConfig:
     turbo_left_tokens: int | None = None
     turbo_right_tokens: int | None = None
     turbo_prompt_tokens: int | None = None
+    turbo_prompt_cache: int | None = None
 
     def model_settings(self) -> tuple[tuple[str, int], ...]:
         """The family-specific settings given (Chatterbox Turbo's ``turbo_*``; unset: the model's
         defaults), as the model loader receives them (``LoadOptions.settings``)."""
         names = ("turbo_first_tokens", "turbo_chunk_tokens", "turbo_left_tokens", "turbo_right_tokens",
-                 "turbo_prompt_tokens")  # fmt: skip
+                 "turbo_prompt_tokens", "turbo_prompt_cache")  # fmt: skip
         return tuple((n, int(v)) for n in names if (v := getattr(self, n)) is not None)
 
     def __post_init__(self) -> None:
@@ -256,6 +257,11 @@ class EngineConfig:
             turbo_left_tokens=_env_opt_int(env, "VOXCAST_TURBO_LEFT_TOKENS", 0, 1000),
             turbo_right_tokens=_env_opt_int(env, "VOXCAST_TURBO_RIGHT_TOKENS", 0, 100),
             turbo_prompt_tokens=_env_opt_int(env, "VOXCAST_TURBO_PROMPT_TOKENS", 0, 1000),
+            turbo_prompt_cache=(
+                int(env_bool(env, "VOXCAST_TURBO_PROMPT_CACHE", True))
+                if env_str(env, "VOXCAST_TURBO_PROMPT_CACHE")
+                else None
+            ),
         )
 
     def resolved_compile(self) -> bool:

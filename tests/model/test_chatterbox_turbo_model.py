@@ -165,9 +165,13 @@ def _stream(
 
 
 @pytest.mark.parametrize("step", [1, 7])
-def test_stream_equals_one_pass(model: ChatterboxTurbo, voice: TurboVoice, step: int) -> None:
+@pytest.mark.parametrize("prompt_cache", [0, 1])
+def test_stream_equals_one_pass(
+    model: ChatterboxTurbo, voice: TurboVoice, step: int, prompt_cache: int
+) -> None:
     tokens = torch.randint(0, 6561, (90,), generator=torch.Generator().manual_seed(2)).tolist()
-    s = _stream(model, voice, seed=11)
+    s = _stream(model, voice, seed=11, settings=StreamSettings(prompt_cache=prompt_cache))
+    assert (s.cache is not None) == bool(prompt_cache)
     parts = [s.push(tokens[i : i + step]) for i in range(0, len(tokens), step)]
     parts.append(s.finish())
     streamed = np.concatenate(parts)
@@ -176,7 +180,7 @@ def test_stream_equals_one_pass(model: ChatterboxTurbo, voice: TurboVoice, step:
         torch.tensor([tokens + list(TAIL)]), s.noise, s.hift_stream,
     ).numpy()  # fmt: skip
     assert streamed.shape == ref.shape == ((len(tokens) + len(TAIL)) * 960,)
-    # windowed flow and HiFT: equal up to the windows' (measured, documented) error
+    # windowed flow and HiFT: equal up to the windows' (and the prompt cache's) measured, documented error
     assert np.abs(streamed - ref).max() < 1e-4
     assert len([p for p in parts if len(p)]) >= 3  # it did stream
 
@@ -200,6 +204,16 @@ def test_first_audio_comes_after_the_first_chunk_and_its_look_ahead(
     first = s.push(tokens[-1:])
     held_frames = st.hift_right  # HiFT keeps its look-ahead of mel frames
     assert len(first) == (2 * st.first - held_frames) * 480
+
+
+def test_a_voices_s3gen_prompt_cache_is_made_once_and_kept(model: ChatterboxTurbo, voice: TurboVoice) -> None:
+    model.prime_voice(voice)
+    cache = model.s3gen_cache(voice)
+    assert cache is not None and not cache.recording and cache.nbytes > 0
+    assert model.s3gen_cache(voice) is cache  # the LRU's, not a new one
+    assert model.new_decoder(voice, seed=1).stream.cache is cache
+    other = model.make_voice(speech_like(6.0, 24000, seed=8), 24000, None, False)
+    assert model.s3gen_cache(other) is not cache
 
 
 def test_render_is_seeded(model: ChatterboxTurbo) -> None:

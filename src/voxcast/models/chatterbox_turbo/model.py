@@ -6,7 +6,8 @@ the GPT-2 tokenizer files, optionally the built-in voice ``conds.pt``). A frame 
 (speaker name "default"); Turbo has no named speakers, no instruct and speaks English only, so those
 request fields fail naming the field. Paralinguistic tags (``[laugh]``...) are tokens of the text.
 
-Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values). Streaming is
+Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values) and, with the
+stream's ``prompt_cache`` on, S3Gen's prompt cache (:mod:`.s3gen_prefix`). Streaming is
 :mod:`.s3gen_stream`'s.
 """
 
@@ -34,7 +35,14 @@ from voxcast.models.chatterbox_turbo.hift import HiFT
 from voxcast.models.chatterbox_turbo.s3_tokenizer import S3Tokenizer
 from voxcast.models.chatterbox_turbo.s3gen_audio import mel_24k, resample_sinc
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
-from voxcast.models.chatterbox_turbo.s3gen_stream import TAIL, StreamSettings, TurboAudioStream, trim_fade
+from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
+from voxcast.models.chatterbox_turbo.s3gen_stream import (
+    TAIL,
+    StreamSettings,
+    TurboAudioStream,
+    prompt_cache,
+    trim_fade,
+)
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.state import read_state
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
@@ -51,6 +59,8 @@ CONDS_FILE = "conds.pt"
 DEFAULT_VOICE = "default"
 #: Voices whose T3 prefix is kept (full size: ~74 MB of float32 keys and values each).
 VOICE_STATES = 8
+#: Voices whose S3Gen prompt cache is kept (full size, a 10 s prompt: ~245 MB of float32 each).
+S3GEN_STATES = 4
 LANGUAGES = ("auto", "en", "english")
 #: Speech token ids below this are speech (6561 and 6562 are T3's start and stop).
 SPEECH_VOCAB = 6561
@@ -120,6 +130,7 @@ class ChatterboxTurbo:
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
         self.load_s = 0.0
         self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
+        self._s3gen_states: OrderedDict[int, tuple[TurboVoice, PromptCache]] = OrderedDict()
         self._lock = threading.Lock()
         #: ``decode_thread=auto`` without measuring, on a CPU: a warm-up run is too short to reach the
         #: stream's first flow chunk, and overlapping S3Gen with T3 measured 28.5 s against 37 s for a
@@ -199,6 +210,7 @@ class ChatterboxTurbo:
         other stream."""
         if self.prefix_cache_enabled:
             self._prefix(voice)
+        self.s3gen_cache(voice)
         return voice
 
     def _prefix(self, voice: TurboVoice) -> tuple[KVCache, bool]:
@@ -217,6 +229,26 @@ class ChatterboxTurbo:
                 self._states.popitem(last=False)
         return cache, False
 
+    def s3gen_cache(self, voice: TurboVoice) -> PromptCache | None:
+        """The voice's S3Gen prompt cache from its LRU (keyed by the voice object), computed on a
+        miss; None with the stream's ``prompt_cache`` off or a prompt under two tokens."""
+        settings = self.stream_settings
+        if not settings.prompt_cache or voice.prompt_tokens.shape[-1] < 2:
+            return None
+        key = id(voice)
+        with self._lock:
+            hit = self._s3gen_states.get(key)
+            if hit is not None and hit[0] is voice:
+                self._s3gen_states.move_to_end(key)
+                return hit[1]
+        tokens, mel, xvector = self.s3gen_prompt(voice)
+        cache = prompt_cache(self.flow, *settings.trim_prompt(tokens, mel), xvector)
+        with self._lock:
+            self._s3gen_states[key] = (voice, cache)
+            while len(self._s3gen_states) > S3GEN_STATES:
+                self._s3gen_states.popitem(last=False)
+        return cache
+
     def _conditioning(self, voice: TurboVoice) -> torch.Tensor:
         dtype = self.t3.speech_emb.weight.dtype
         with torch.inference_mode():
@@ -232,7 +264,10 @@ class ChatterboxTurbo:
         return cases
 
     def fill_speaker_prefixes(self) -> int:
-        if self.builtin is None or not self.prefix_cache_enabled:
+        if self.builtin is None:
+            return 0
+        self.s3gen_cache(self.builtin)
+        if not self.prefix_cache_enabled:
             return 0
         return int(not self._prefix(self.builtin)[1])
 
@@ -376,6 +411,7 @@ class TurboDecoder:
             *model.s3gen_prompt(voice),
             seed if seed is not None else random.getrandbits(62),
             model.stream_settings,
+            cache=model.s3gen_cache(voice),
         )
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:

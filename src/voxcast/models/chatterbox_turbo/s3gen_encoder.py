@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
+
 __all__ = ["S3GenEncoder", "rel_positions"]
 
 WIDTH, HEADS, FFN = 512, 8, 2048
@@ -59,9 +61,11 @@ class InputLayer(nn.Module):
         super().__init__()
         self.out = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.LayerNorm(WIDTH, eps=1e-5))
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """``x [B, T, 512]`` -> (scaled ``x``, the relative positions of ``offset + T`` positions: rows
+        ``offset...`` continue a cached prompt of ``offset`` rows)."""
         x = self.out(x) * math.sqrt(WIDTH)
-        return x, rel_positions(x.shape[1]).to(x.device, x.dtype)
+        return x, rel_positions(offset + x.shape[1]).to(x.device, x.dtype)
 
 
 class RelAttention(nn.Module):
@@ -83,15 +87,29 @@ class RelAttention(nn.Module):
         padded = torch.cat([torch.zeros((b, h, t, 1), dtype=x.dtype, device=x.device), x], dim=-1)
         return padded.view(b, h, n + 1, t)[:, :, 1:].view_as(x)[:, :, :, : n // 2 + 1]
 
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
+    @staticmethod
+    def rel_gather(x: Tensor, keys: int) -> Tensor:
+        """``[B, h, Tq, 2L - 1]`` scores by relative position of the last ``Tq`` of ``L = keys``
+        positions -> ``[B, h, Tq, L]`` by key position (:meth:`rel_shift` for queries that continue a
+        cached prompt: query n sits at position L - Tq + n; its key j at relative index Tq - 1 - n + j)."""
+        b, h, tq, _ = x.shape
+        n = torch.arange(tq, device=x.device)[:, None]
+        idx = (tq - 1 - n) + torch.arange(keys, device=x.device)[None, :]
+        return x.gather(-1, idx.expand(b, h, tq, keys))
+
+    def forward(self, x: Tensor, pos: Tensor, cache: PromptCache | None = None) -> Tensor:
         b = x.shape[0]
         q = self.linear_q(x).view(b, -1, self.h, self.d_k)  # (B, T, h, d_k)
         k = self.linear_k(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
         v = self.linear_v(x).view(b, -1, self.h, self.d_k).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.keys_values(self, k, v)  # reading: the prompt's rows first
         p = self.linear_pos(pos).view(pos.shape[0], -1, self.h, self.d_k).transpose(1, 2)
         ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
         bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
-        if ac.shape != bd.shape:
+        if ac.shape[-1] != ac.shape[-2]:
+            bd = self.rel_gather(bd, ac.shape[-1])
+        elif ac.shape != bd.shape:
             bd = self.rel_shift(bd)
         attn = torch.softmax((ac + bd) / math.sqrt(self.d_k), dim=-1)
         out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
@@ -118,8 +136,8 @@ class Block(nn.Module):
         self.norm_ff = nn.LayerNorm(WIDTH, eps=1e-12)
         self.norm_mha = nn.LayerNorm(WIDTH, eps=1e-12)
 
-    def forward(self, x: Tensor, pos: Tensor) -> Tensor:
-        x = x + self.self_attn(self.norm_mha(x), pos)
+    def forward(self, x: Tensor, pos: Tensor, cache: PromptCache | None = None) -> Tensor:
+        x = x + self.self_attn(self.norm_mha(x), pos, cache)
         return x + self.feed_forward(self.norm_ff(x))
 
 
@@ -132,9 +150,15 @@ class LookAhead(nn.Module):
         self.conv1 = nn.Conv1d(WIDTH, WIDTH, LOOKAHEAD + 1)
         self.conv2 = nn.Conv1d(WIDTH, WIDTH, 3)
 
-    def forward(self, x: Tensor) -> Tensor:
-        y = F.pad(x.transpose(1, 2).contiguous(), (0, LOOKAHEAD), value=0.0)
-        y = F.pad(F.leaky_relu(self.conv1(y)), (2, 0), value=0.0)
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
+        y = x.transpose(1, 2).contiguous()
+        if cache is None or cache.recording:
+            if cache is not None:  # the last two tokens: the first new ones' conv2 needs their conv1
+                cache.remember(self, y[..., -2:])
+            y = F.pad(F.leaky_relu(self.conv1(F.pad(y, (0, LOOKAHEAD)))), (2, 0), value=0.0)
+        else:  # conv1 of the prompt's last two tokens again, now seeing the new tokens ahead
+            y = torch.cat((cache.recall(self, y.shape[0]), y), dim=-1)
+            y = F.leaky_relu(self.conv1(F.pad(y, (0, LOOKAHEAD))))
         return self.conv2(y).transpose(1, 2).contiguous() + x
 
 
@@ -145,8 +169,9 @@ class Upsample(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(WIDTH, WIDTH, 5)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.conv(F.pad(F.interpolate(x, scale_factor=2.0, mode="nearest"), (4, 0), value=0.0))
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
+        up = F.interpolate(x, scale_factor=2.0, mode="nearest")
+        return self.conv(F.pad(up, (4, 0)) if cache is None else cache.left_context(self, up, 4))
 
 
 class S3GenEncoder(nn.Module):
@@ -160,14 +185,16 @@ class S3GenEncoder(nn.Module):
         self.up_encoders = nn.ModuleList(Block() for _ in range(UP_BLOCKS))
         self.after_norm = nn.LayerNorm(WIDTH, eps=1e-5)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """``[B, T, 512]`` token embeddings -> ``[B, 2T, 512]`` features."""
-        x, pos = self.embed(tokens)
-        x = self.pre_lookahead_layer(x)
+    def forward(self, tokens: Tensor, cache: PromptCache | None = None) -> Tensor:
+        """``[B, T, 512]`` token embeddings -> ``[B, 2T, 512]`` features. With a ``cache`` being
+        recorded, ``tokens`` are a voice prompt's; with a recorded one, they follow that prompt."""
+        offset = 0 if cache is None or cache.recording else cache.prompt_tokens
+        x, pos = self.embed(tokens, offset)
+        x = self.pre_lookahead_layer(x, cache)
         for block in self.encoders:
-            x = block(x, pos)
-        x = self.up_layer(x.transpose(1, 2).contiguous()).transpose(1, 2).contiguous()
-        x, pos = self.up_embed(x)
+            x = block(x, pos, cache)
+        x = self.up_layer(x.transpose(1, 2).contiguous(), cache).transpose(1, 2).contiguous()
+        x, pos = self.up_embed(x, 2 * offset)
         for block in self.up_encoders:
-            x = block(x, pos)
+            x = block(x, pos, cache)
         return self.after_norm(x)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voxcast.errors import CheckpointError
+from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 
 __all__ = ["Estimator", "EstimatorConfig", "timestep_embedding"]
 
@@ -104,8 +105,9 @@ class TimestepEmbedding(nn.Module):
 class CausalConv1d(nn.Conv1d):
     """A stride-1 convolution padded by ``kernel - 1`` zeros on the left: frame i sees frames <= i."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(F.pad(x, (self.kernel_size[0] - 1, 0)))
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
+        left = self.kernel_size[0] - 1
+        return super().forward(F.pad(x, (left, 0)) if cache is None else cache.left_context(self, x, left))
 
 
 class Transpose(nn.Module):
@@ -122,8 +124,11 @@ class CausalBlock(nn.Module):
             CausalConv1d(dim, dim_out, 3), Transpose(), nn.LayerNorm(dim_out), Transpose(), nn.Mish()
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.block(x)
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
+        x = self.block[0](x, cache)
+        for layer in list(self.block)[1:]:
+            x = layer(x)
+        return x
 
 
 class CausalResnetBlock(nn.Module):
@@ -136,10 +141,10 @@ class CausalResnetBlock(nn.Module):
         self.block2 = CausalBlock(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
-    def forward(self, x: Tensor, time: Tensor) -> Tensor:
-        h = self.block1(x)
+    def forward(self, x: Tensor, time: Tensor, cache: PromptCache | None = None) -> Tensor:
+        h = self.block1(x, cache)
         h += self.mlp(time).unsqueeze(-1)
-        return self.block2(h) + self.res_conv(x)
+        return self.block2(h, cache) + self.res_conv(x)
 
 
 class Attention(nn.Module):
@@ -153,11 +158,13 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(dim, heads * head_dim, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(heads * head_dim, dim), nn.Identity()])
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
         b = x.shape[0]
         q, k, v = self.to_q(x), self.to_k(x), self.to_v(x)
         d = k.shape[-1] // self.heads
         q, k, v = (y.view(b, -1, self.heads, d).transpose(1, 2) for y in (q, k, v))  # [B, h, T, d]
+        if cache is not None:
+            k, v = cache.keys_values(self, k, v)  # reading: the prompt's frames first
         out = F.scaled_dot_product_attention(q, k, v)
         out = out.transpose(1, 2).reshape(b, -1, self.heads * d)
         return self.to_out[0](out)
@@ -194,8 +201,8 @@ class TransformerBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
         self.ff = FeedForward(dim)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.attn1(self.norm1(x)) + x
+    def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
+        x = self.attn1(self.norm1(x), cache) + x
         return self.ff(self.norm3(x)) + x
 
 
@@ -230,15 +237,24 @@ class Estimator(nn.Module):
         return self.time_embed_mixer(torch.cat([emb_t, emb_r], dim=1))
 
     @staticmethod
-    def _stage(stage: nn.ModuleList, x: Tensor, time: Tensor) -> Tensor:
+    def _stage(stage: nn.ModuleList, x: Tensor, time: Tensor, cache: PromptCache | None) -> Tensor:
         """The resnet block, then the transformer blocks (``[B, C, T]`` in and out)."""
         resnet, blocks = stage[0], cast(nn.ModuleList, stage[1])
-        x = resnet(x, time).transpose(1, 2).contiguous()  # [B, T, C]
+        x = resnet(x, time, cache).transpose(1, 2).contiguous()  # [B, T, C]
         for block in blocks:
-            x = block(x)
+            x = block(x, cache)
         return x.transpose(1, 2).contiguous()
 
-    def forward(self, x: Tensor, mu: Tensor, t: Tensor, r: Tensor, spks: Tensor, cond: Tensor) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mu: Tensor,
+        t: Tensor,
+        r: Tensor,
+        spks: Tensor,
+        cond: Tensor,
+        cache: PromptCache | None = None,
+    ) -> Tensor:
         """The mean velocity over [t, r].
 
         Args:
@@ -247,6 +263,8 @@ class Estimator(nn.Module):
             t, r: ``[B]`` or ``[1]`` start and end times.
             spks: ``[B, 80]`` the projected speaker embedding.
             cond: ``[B, 80, T]`` the prompt mel over its frames, zeros after.
+            cache: a voice prompt's (:mod:`.s3gen_prefix`): recording (``x`` covers the prompt alone)
+                or recorded (``x`` covers the frames after the prompt), at its current step.
 
         Returns:
             ``[B, 80, T]``.
@@ -254,9 +272,9 @@ class Estimator(nn.Module):
         time = self.time(t, r)
         x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
         down, up = cast(nn.ModuleList, self.down_blocks[0]), cast(nn.ModuleList, self.up_blocks[0])
-        skip = self._stage(down, x, time)
-        x = down[2](skip)
+        skip = self._stage(down, x, time, cache)
+        x = down[2](skip, cache)
         for stage in self.mid_blocks:
-            x = self._stage(cast(nn.ModuleList, stage), x, time)
-        x = up[2](self._stage(up, torch.cat([x, skip], dim=1), time))
-        return self.final_proj(self.final_block(x))
+            x = self._stage(cast(nn.ModuleList, stage), x, time, cache)
+        x = up[2](self._stage(up, torch.cat([x, skip], dim=1), time, cache), cache)
+        return self.final_proj(self.final_block(x, cache))

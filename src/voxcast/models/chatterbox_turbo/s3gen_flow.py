@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from voxcast.models.chatterbox_turbo.s3gen_encoder import WIDTH, S3GenEncoder
 from voxcast.models.chatterbox_turbo.s3gen_estimator import Estimator, EstimatorConfig
+from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 from voxcast.models.chatterbox_turbo.state import check_state
 
 __all__ = ["MELS", "MELS_PER_TOKEN", "STEPS", "S3GenFlow"]
@@ -37,6 +38,13 @@ MELS_PER_TOKEN = 2
 STEPS = 2
 
 
+def _check_ids(tokens: Tensor) -> None:
+    if tokens.is_floating_point():
+        raise TypeError("speech tokens must be integers (a float cast corrupts ids in bf16)")
+    if bool(((tokens < 0) | (tokens >= VOCAB)).any()):  # one host sync per call
+        raise ValueError(f"speech token ids must be in [0, {VOCAB}): drop T3's start/stop tokens")
+
+
 class CFM(nn.Module):
     """``CausalConditionalCFM.basic_euler``: x <- x + (r - t) * v(x, t, r) over ``linspace(0, 1, steps + 1)``."""
 
@@ -44,12 +52,20 @@ class CFM(nn.Module):
         super().__init__()
         self.estimator = Estimator(cfg)
 
-    def forward(self, z: Tensor, mu: Tensor, spks: Tensor, cond: Tensor, steps: int = STEPS) -> Tensor:
+    def forward(
+        self,
+        z: Tensor,
+        mu: Tensor,
+        spks: Tensor,
+        cond: Tensor,
+        steps: int = STEPS,
+        cache: PromptCache | None = None,
+    ) -> Tensor:
         span = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
         x = z
-        for t, r in itertools.pairwise(span):
+        for i, (t, r) in enumerate(itertools.pairwise(span)):
             t, r = t[None], r[None]
-            x = x + (r - t) * self.estimator(x, mu, t, r, spks, cond)
+            x = x + (r - t) * self.estimator(x, mu, t, r, spks, cond, None if cache is None else cache.at(i))
         return x
 
 
@@ -62,10 +78,58 @@ class S3GenFlow(nn.Module):
         self.encoder_proj = nn.Linear(WIDTH, MELS)
         self.decoder = CFM(cfg)
 
-    def mu(self, tokens: Tensor) -> Tensor:
+    def mu(self, tokens: Tensor, cache: PromptCache | None = None) -> Tensor:
         """``[B, T]`` token ids -> ``[B, 80, 2T]`` encoded features (the CFM's condition)."""
-        h = self.encoder_proj(self.encoder(self.input_embedding(tokens.long())))
+        h = self.encoder_proj(self.encoder(self.input_embedding(tokens.long()), cache))
         return h.transpose(1, 2).contiguous()
+
+    def speaker(self, x_vector: Tensor) -> Tensor:
+        """``[B or 1, 192]`` or ``[192]`` CAMPPlus x-vector -> ``[B or 1, 80]`` (L2-normalised, affine)."""
+        affine = self.spk_embed_affine_layer
+        return affine(F.normalize(torch.atleast_2d(x_vector).to(affine.weight), dim=1))
+
+    def prompt_cache(
+        self, prompt_tokens: Tensor, prompt_mel: Tensor, x_vector: Tensor, noise: Tensor
+    ) -> PromptCache:
+        """A voice prompt's part of every later call (:mod:`.s3gen_prefix`): its rows computed alone.
+
+        Args:
+            prompt_tokens: ``[1, P]`` ids, P >= 2.
+            prompt_mel: ``[1, 80, 2P]``.
+            x_vector: the voice's CAMPPlus embedding.
+            noise: ``[1, 80, 2P]`` the prompt frames' pinned noise.
+
+        Raises:
+            ValueError: a prompt shorter than two tokens, or shapes that do not match.
+        """
+        p = prompt_tokens.shape[1]
+        if (
+            p < 2
+            or tuple(prompt_mel.shape) != (1, MELS, MELS_PER_TOKEN * p)
+            or noise.shape != prompt_mel.shape
+        ):
+            raise ValueError(
+                f"a prompt cache needs >= 2 prompt tokens with a [1, 80, 2P] mel and noise; got "
+                f"{tuple(prompt_tokens.shape)}, {tuple(prompt_mel.shape)}, {tuple(noise.shape)}"
+            )
+        _check_ids(prompt_tokens)
+        cache = PromptCache(p)
+        mu = self.mu(prompt_tokens, cache)
+        self.decoder(noise.to(mu), mu, self.speaker(x_vector), prompt_mel.to(mu), cache=cache)
+        return cache.freeze()
+
+    def continue_prompt(
+        self, cache: PromptCache, x_vector: Tensor, new_tokens: Tensor, noise: Tensor
+    ) -> Tensor:
+        """The mel ``[B, 80, 2N]`` of ``new_tokens [B, N]`` after a cached prompt, from their noise
+        ``[B, 80, 2N]``: only the new rows are computed (:mod:`.s3gen_prefix`)."""
+        b, frames = new_tokens.shape[0], MELS_PER_TOKEN * new_tokens.shape[1]
+        if tuple(noise.shape) != (b, MELS, frames):
+            raise ValueError(f"noise {tuple(noise.shape)} should be {(b, MELS, frames)}")
+        _check_ids(new_tokens)
+        mu = self.mu(new_tokens, cache)
+        spks = self.speaker(x_vector).expand(b, -1)
+        return self.decoder(noise.to(mu), mu, spks, torch.zeros_like(mu), cache=cache)
 
     def forward(
         self, prompt_tokens: Tensor, prompt_mel: Tensor, x_vector: Tensor, new_tokens: Tensor, noise: Tensor
@@ -99,10 +163,8 @@ class S3GenFlow(nn.Module):
                 f"{tokens.shape[1]} tokens make {frames} frames: noise {tuple(noise.shape)} should be "
                 f"{(b, MELS, frames)}, the prompt mel ({prompt_frames} frames) at most that long"
             )
-        if bool(((tokens < 0) | (tokens >= VOCAB)).any()):
-            raise ValueError(f"speech token ids must be in [0, {VOCAB}): drop T3's start/stop tokens")
-        affine = self.spk_embed_affine_layer
-        spks = affine(F.normalize(torch.atleast_2d(x_vector).to(affine.weight), dim=1))
+        _check_ids(tokens)
+        spks = self.speaker(x_vector)
         mu = self.mu(tokens)  # [B, 80, frames]
         cond = torch.zeros_like(mu)
         cond[:, :, :prompt_frames] = prompt_mel

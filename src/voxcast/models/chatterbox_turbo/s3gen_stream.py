@@ -33,8 +33,17 @@ from voxcast.models.base import LoadOptions
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
+from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 
-__all__ = ["SILENCE", "StreamSettings", "TurboAudioStream", "one_pass", "prompt_noise", "trim_fade"]
+__all__ = [
+    "SILENCE",
+    "StreamSettings",
+    "TurboAudioStream",
+    "one_pass",
+    "prompt_cache",
+    "prompt_noise",
+    "trim_fade",
+]
 
 #: The silence token upstream appends three times after T3's last token.
 SILENCE = 4299
@@ -55,6 +64,10 @@ class StreamSettings:
         hift_left / hift_right: mel frames of context for HiFT (:class:`HiFTStream`).
         prompt_tokens: keep only the last this many tokens of the voice's S3Gen prompt (0: all). A
             shorter prompt cuts the flow's cost almost proportionally; it changes the audio.
+        prompt_cache: compute the voice prompt's rows once per voice, as if the prompt were alone,
+            and only each window's new rows per call (:mod:`.s3gen_prefix`; 0: recompute the prompt
+            in every window, the exact window). Cheaper by the prompt's share of a window; the
+            change in the audio is measured in docs/chatterbox-turbo.md.
     """
 
     first: int = 8
@@ -64,6 +77,7 @@ class StreamSettings:
     hift_left: int = 16
     hift_right: int = 10
     prompt_tokens: int = 0
+    prompt_cache: int = 1
 
     def as_dict(self) -> dict[str, int]:
         return {k: int(getattr(self, k)) for k in self.__dataclass_fields__}
@@ -81,7 +95,16 @@ class StreamSettings:
             left=options.setting("turbo_left_tokens", d.left),
             right=options.setting("turbo_right_tokens", d.right),
             prompt_tokens=options.setting("turbo_prompt_tokens", d.prompt_tokens),
+            prompt_cache=int(bool(options.setting("turbo_prompt_cache", d.prompt_cache))),
         )
+
+    def trim_prompt(self, prompt_tokens: Tensor, prompt_mel: Tensor) -> tuple[Tensor, Tensor]:
+        """The voice's S3Gen prompt ``[1, P]`` / ``[1, 80, 2P]`` cut to its last ``prompt_tokens``."""
+        if self.prompt_tokens and prompt_tokens.shape[1] > self.prompt_tokens:
+            return prompt_tokens[:, -self.prompt_tokens :], prompt_mel[
+                ..., -MELS_PER_TOKEN * self.prompt_tokens :
+            ]
+        return prompt_tokens, prompt_mel
 
 
 def trim_fade(samples: int = SAMPLES_PER_TOKEN) -> Tensor:
@@ -99,6 +122,15 @@ def prompt_noise(frames: int, device: torch.device, dtype: torch.dtype) -> Tenso
     g = torch.Generator(device="cpu").manual_seed(PROMPT_NOISE_SEED)
     with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
         return torch.randn(1, MELS, frames, generator=g).to(device=device, dtype=dtype)
+
+
+def prompt_cache(flow: S3GenFlow, prompt_tokens: Tensor, prompt_mel: Tensor, xvector: Tensor) -> PromptCache:
+    """A voice prompt's :class:`~.s3gen_prefix.PromptCache` with its pinned noise (the prompt already
+    trimmed by :meth:`StreamSettings.trim_prompt`)."""
+    weight = flow.input_embedding.weight
+    noise = prompt_noise(MELS_PER_TOKEN * prompt_tokens.shape[1], weight.device, weight.dtype)
+    with torch.inference_mode():
+        return flow.prompt_cache(prompt_tokens, prompt_mel, xvector, noise)
 
 
 def token_noise(generator: torch.Generator, tokens: int, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -143,6 +175,8 @@ class TurboAudioStream:
             ``[1, 192]``), on the model's device.
         seed: the request's seed (the generated frames' flow noise and HiFT's noise derive from it).
         settings: windows and chunk sizes.
+        cache: the voice's prompt cache (:func:`prompt_cache`), when ``settings.prompt_cache``;
+            computed here when not given.
     """
 
     def __init__(
@@ -154,17 +188,19 @@ class TurboAudioStream:
         xvector: Tensor,
         seed: int,
         settings: StreamSettings | None = None,
+        cache: PromptCache | None = None,
     ) -> None:
         s = settings or StreamSettings()
         self.flow, self.hift, self.settings = flow, hift, s
-        if s.prompt_tokens and prompt_tokens.shape[1] > s.prompt_tokens:
-            prompt_tokens = prompt_tokens[:, -s.prompt_tokens :]
-            prompt_mel = prompt_mel[..., -MELS_PER_TOKEN * s.prompt_tokens :]
+        prompt_tokens, prompt_mel = s.trim_prompt(prompt_tokens, prompt_mel)
         self.prompt_tokens, self.prompt_mel, self.xvector = prompt_tokens, prompt_mel, xvector
         weight = flow.input_embedding.weight
         self.device, self.dtype = weight.device, weight.dtype
         frames = MELS_PER_TOKEN * prompt_tokens.shape[1]
         self.prompt_z = prompt_noise(frames, self.device, self.dtype)
+        if cache is None and s.prompt_cache and prompt_tokens.shape[1] >= 2:
+            cache = prompt_cache(flow, prompt_tokens, prompt_mel, xvector)
+        self.cache = cache if s.prompt_cache else None
         self._flow_gen = torch.Generator(device="cpu").manual_seed(seed)
         hift_gen = torch.Generator(device=hift.conv_pre.weight.device).manual_seed(seed + 1)
         self.hift_stream = HiFTStream(hift, generator=hift_gen, left=s.hift_left, right=s.hift_right)
@@ -228,12 +264,14 @@ class TurboAudioStream:
         lo = max(0, a - s.left)
         hi = len(self.tokens) if final else min(len(self.tokens), b + s.right)
         window = torch.tensor([self.tokens[lo:hi]], device=self.device)
-        noise = torch.cat(
-            (self.prompt_z, self._noise[..., MELS_PER_TOKEN * lo : MELS_PER_TOKEN * hi]), dim=-1
-        )
+        noise = self._noise[..., MELS_PER_TOKEN * lo : MELS_PER_TOKEN * hi]
         t0 = time.perf_counter()
         with torch.inference_mode():
-            mel = self.flow(self.prompt_tokens, self.prompt_mel, self.xvector, window, noise)
+            if self.cache is not None:
+                mel = self.flow.continue_prompt(self.cache, self.xvector, window, noise)
+            else:
+                noise = torch.cat((self.prompt_z, noise), dim=-1)
+                mel = self.flow(self.prompt_tokens, self.prompt_mel, self.xvector, window, noise)
             keep = mel[..., MELS_PER_TOKEN * (a - lo) : MELS_PER_TOKEN * (b - lo)]
             audio = self.hift_stream.push(keep.to(self.hift.conv_pre.weight.dtype))
         self.flow_calls.append((b - a, hi - lo, time.perf_counter() - t0))
