@@ -29,7 +29,7 @@ from voxcast.audio.formats import AudioFormat, file_content_type, file_extension
 from voxcast.audio.stretch import TimeStretch
 from voxcast.audio.wav import data_span
 from voxcast.cache import AudioCache, CachedStream
-from voxcast.config import EngineConfig
+from voxcast.engine.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.stream import SynthesisStream

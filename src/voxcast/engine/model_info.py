@@ -1,0 +1,52 @@
+"""The constants of a loaded checkpoint that the engine keeps while its weights are unloaded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from voxcast.models.base import TTSModel
+
+__all__ = ["ModelInfo"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the engine answers about its model without the model (idle unload keeps only this).
+
+    Attributes:
+        model_type: the checkpoint's variant (:attr:`TTSModel.model_type`).
+        identity: stable name of the checkpoint's content.
+        sample_rate: of the decoded audio (Hz).
+        speakers: named speakers (lower case; empty where it has none).
+        clones_voices: whether voices can be built from reference audio.
+        samples_per_frame: audio samples per generated frame.
+        render_settings: what else than the checkpoint changes the output (audio cache key).
+    """
+
+    model_type: str
+    identity: str
+    sample_rate: int
+    speakers: tuple[str, ...]
+    clones_voices: bool
+    samples_per_frame: int
+    render_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, model: TTSModel) -> ModelInfo:
+        """The constants of ``model``."""
+        return cls(
+            model_type=str(model.model_type),
+            identity=str(model.identity),
+            sample_rate=int(model.sample_rate),
+            speakers=tuple(model.speakers),
+            clones_voices=bool(model.clones_voices),
+            samples_per_frame=int(model.samples_per_frame),
+            render_settings=dict(getattr(model, "render_settings", dict)()),
+        )
+
+    @property
+    def frame_rate(self) -> float:
+        """Generated frames per second of audio."""
+        return self.sample_rate / self.samples_per_frame
