@@ -109,7 +109,16 @@ class Qwen3TTS:
         self.device = device
         self.dtype = dtype
         #: What :func:`~voxcast.models.qwen3_tts.accel.apply.apply` chose, and why.
-        self.accel = apply_accel(self, accel or AccelConfig(), int8_store)
+        self.accel = apply_accel(
+            self.talker,
+            accel or AccelConfig(),
+            identity=identity,
+            device=device,
+            dtype=dtype,
+            codec_encoder=codec_encoder,
+            speaker_encoder=net.speaker_encoder,
+            stored=int8_store,
+        )
         self.quant = self.accel.quant
         self.compile_enabled = self.accel.compile
         self.model_type = config.tts_model_type
