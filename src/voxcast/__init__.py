@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from voxcast.errors import InvalidRequest, VoxcastError
 
 if TYPE_CHECKING:
-    from voxcast.engine.config import EngineConfig
     from voxcast.engine.chunks import AudioChunk
+    from voxcast.engine.config import EngineConfig
     from voxcast.engine.engine import Engine
     from voxcast.engine.request import SamplingParams, SynthesisRequest
     from voxcast.engine.stream import SynthesisStream

@@ -424,11 +424,8 @@ class Service:
                 return prompt, name, name
             audio = req.ref_audio_bytes()
             if audio is not None:
-                if not self.engine.clones_voices:
-                    raise InvalidRequest(
-                        f"voice cloning needs a Base model; this one is {self.engine.model_type}",
-                        field="ref_audio",
-                    )
+                if self.engine.cloning_refusal is not None:
+                    raise InvalidRequest(self.engine.cloning_refusal, field="ref_audio")
                 reg = self.voices.ensure(audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only)
                 timing.voice_cache_hit = reg.cache_hit
                 if reg.storage_error is not None:  # the prompt is usable; only persisting it failed

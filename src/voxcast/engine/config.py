@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from voxcast.envvars import env_bool, env_float, env_int, env_str
+from voxcast.models import registry
 
 __all__ = ["EngineConfig", "max_frames_for_text"]
 
@@ -49,11 +51,6 @@ def max_frames_for_text(text: str, cap: int = DEFAULT_MAX_FRAMES_CAP) -> int:
     return max(2, min(cap, MIN_FRAMES + math.ceil(FRAMES_PER_CHAR * n)))
 
 
-def _env_opt_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
-    """An integer in [lo, hi], or None when unset (the model's default)."""
-    return env_int(env, name, 0, lo=lo, hi=hi) if env_str(env, name) else None
-
-
 def _on_off_auto(env: Mapping[str, str], name: str, default: str) -> str:
     """ "on", "off" or "auto"; any boolean spelling env_bool accepts means on or off."""
     raw = (env_str(env, name) or default).lower()
@@ -84,21 +81,6 @@ class EngineConfig:
         max_active: streams the engine decodes at the same time (``VOXCAST_MAX_ACTIVE``); more wait.
         quant: "none", or "int8" for int8 talker/code-predictor weights on the CPU: faster, not
             bit-exact (``VOXCAST_QUANT``).
-        int8_kernel: with int8 weights, decode rows on voxcast's own kernel: "auto" (where it builds
-            and measures faster than fbgemm at load), "on" (where it builds) or "off"
-            (``VOXCAST_INT8_KERNEL``).
-        fused_ops: float32 RMSNorms, q/k norm + rotary embeddings and decode-step attention as C++ operations
-            (``voxcast.models.qwen3_tts.accel.decode_ops``; 0.81-0.90x the int8 frame time on an AMD Zen 3),
-            the codec encoder's ELUs (``encoder_ops.cpp``) and the speaker encoder's convolutions
-            as matrix products:
-            "auto" (with int8 weights, where the library builds), "on" (float32 weights too; not
-            bit-exact) or "off"; off with ``compile`` (``VOXCAST_FUSED_OPS``).
-        f32_rows: float32 weights on the CPU: one decode row per Linear on voxcast's kernels, which
-            sum in the BLAS's own order (bitwise ``F.linear``, checked on every weight at load) at
-            memory speed, the code predictor's five layers through packed copies of their weights
-            (+315 MB); the fp32 frame 0.80x on an AMD Zen 5 (``voxcast.models.qwen3_tts.accel.f32_rows``):
-            "auto" (where the BLAS's bits match and each kernel measures faster at load), "on" (where
-            they match) or "off" (``VOXCAST_F32_ROWS``).
         prefix_cache: keep each voice's constant prompt prefix as key/value states and reuse it
             (``VOXCAST_PREFIX_CACHE``, on). The first request of a voice runs the official one-pass
             prefill; later ones equal it up to float rounding.
@@ -146,6 +128,13 @@ class EngineConfig:
             and prefill it whole (text in pieces too, once its text decides the prefill), so that
             requests arriving together start together (``VOXCAST_BURST_ADMIT``, on); off, they are
             admitted and prefilled one per round like later arrivals.
+        families: modules of more model families to serve (``VOXCAST_FAMILIES``, comma-separated;
+            each defines ``FAMILY``, see :func:`voxcast.models.registry.register`).
+        settings: the model families' own settings by name, each read from its variable
+            (Qwen3-TTS's ``int8_kernel``, ``fused_ops``, ``f32_rows``: ``VOXCAST_INT8_KERNEL``...;
+            Chatterbox Turbo's ``turbo_*``: ``VOXCAST_TURBO_*``; docs/configuration.md), checked by
+            the family that declares them (:class:`voxcast.models.family.Setting`); unset ones
+            take the family's defaults. The family of the loaded checkpoint reads its own.
     """
 
     model: str = DEFAULT_MODEL
@@ -159,9 +148,6 @@ class EngineConfig:
     threads: int = 0
     max_active: int = 8
     quant: str = "none"
-    int8_kernel: str = "auto"
-    fused_ops: str = "auto"
-    f32_rows: str = "auto"
     prefix_cache: bool = True
     compile: str = "off"
     decode_thread: str = "auto"
@@ -173,32 +159,19 @@ class EngineConfig:
     text_wait_s: float = 30.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
-    turbo_first_tokens: int | None = None
-    turbo_chunk_tokens: int | None = None
-    turbo_left_tokens: int | None = None
-    turbo_right_tokens: int | None = None
-    turbo_prompt_tokens: int | None = None
-
-    def model_settings(self) -> tuple[tuple[str, int], ...]:
-        """The family-specific settings given (Chatterbox Turbo's ``turbo_*``; unset: the model's
-        defaults), as the model loader receives them (``LoadOptions.settings``)."""
-        names = ("turbo_first_tokens", "turbo_chunk_tokens", "turbo_left_tokens", "turbo_right_tokens",
-                 "turbo_prompt_tokens")  # fmt: skip
-        return tuple((n, int(v)) for n in names if (v := getattr(self, n)) is not None)
+    families: tuple[str, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for module in self.families:
+            registry.register(module)
+        object.__setattr__(self, "settings", registry.check_settings(self.settings))
         if self.dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(f"VOXCAST_DTYPE must be auto, float32 or bfloat16, not {self.dtype!r}")
         if not (self.device in {"auto", "cpu", "cuda"} or self.device.startswith("cuda:")):
             raise ValueError(f"VOXCAST_DEVICE must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.quant not in {"none", "int8"}:
             raise ValueError(f"VOXCAST_QUANT must be none or int8, not {self.quant!r}")
-        if self.int8_kernel not in {"off", "on", "auto"}:
-            raise ValueError(f"VOXCAST_INT8_KERNEL must be on, off or auto, not {self.int8_kernel!r}")
-        if self.fused_ops not in {"off", "on", "auto"}:
-            raise ValueError(f"VOXCAST_FUSED_OPS must be on, off or auto, not {self.fused_ops!r}")
-        if self.f32_rows not in {"off", "on", "auto"}:
-            raise ValueError(f"VOXCAST_F32_ROWS must be on, off or auto, not {self.f32_rows!r}")
         if self.codec_dtype not in {"auto", "float32", "bfloat16"}:
             raise ValueError(
                 f"VOXCAST_CODEC_DTYPE must be auto, float32 or bfloat16, not {self.codec_dtype!r}"
@@ -223,8 +196,10 @@ class EngineConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> EngineConfig:
-        """Build from ``VOXCAST_*`` variables; unset ones keep their defaults."""
+        """Build from ``VOXCAST_*`` variables; unset ones keep their defaults. The families named in
+        ``VOXCAST_FAMILIES`` are registered first, so that their settings are read too."""
         d = cls()
+        families = registry.register_from_env(env)
         return cls(
             model=env.get("VOXCAST_MODEL", d.model),
             device=env.get("VOXCAST_DEVICE", d.device),
@@ -237,9 +212,6 @@ class EngineConfig:
             threads=env_int(env, "VOXCAST_THREADS", d.threads),
             max_active=env_int(env, "VOXCAST_MAX_ACTIVE", d.max_active),
             quant=(env_str(env, "VOXCAST_QUANT") or d.quant).lower(),
-            int8_kernel=_on_off_auto(env, "VOXCAST_INT8_KERNEL", d.int8_kernel),
-            fused_ops=_on_off_auto(env, "VOXCAST_FUSED_OPS", d.fused_ops),
-            f32_rows=_on_off_auto(env, "VOXCAST_F32_ROWS", d.f32_rows),
             prefix_cache=env_bool(env, "VOXCAST_PREFIX_CACHE", d.prefix_cache),
             compile=(env_str(env, "VOXCAST_COMPILE") or d.compile).lower(),
             decode_thread=_on_off_auto(env, "VOXCAST_DECODE_THREAD", d.decode_thread),
@@ -251,11 +223,8 @@ class EngineConfig:
             text_wait_s=env_float(env, "VOXCAST_TEXT_WAIT_S", d.text_wait_s, lo=0.1),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
-            turbo_first_tokens=_env_opt_int(env, "VOXCAST_TURBO_FIRST_TOKENS", 1, 500),
-            turbo_chunk_tokens=_env_opt_int(env, "VOXCAST_TURBO_CHUNK_TOKENS", 1, 1000),
-            turbo_left_tokens=_env_opt_int(env, "VOXCAST_TURBO_LEFT_TOKENS", 0, 1000),
-            turbo_right_tokens=_env_opt_int(env, "VOXCAST_TURBO_RIGHT_TOKENS", 0, 100),
-            turbo_prompt_tokens=_env_opt_int(env, "VOXCAST_TURBO_PROMPT_TOKENS", 0, 1000),
+            families=families,
+            settings=registry.settings_from_env(env),
         )
 
     def resolved_compile(self) -> bool:

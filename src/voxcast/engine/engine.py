@@ -35,7 +35,7 @@ from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.engine.warmup import calibrate, warm
 from voxcast.errors import EngineUnavailable, InvalidRequest
-from voxcast.models.base import LoadOptions, TTSModel
+from voxcast.models.base import Capabilities, LoadOptions, TTSModel
 from voxcast.models.registry import load_model
 
 __all__ = ["Engine"]
@@ -43,7 +43,6 @@ __all__ = ["Engine"]
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 
 
 def _close_at_exit(ref: weakref.ref[Engine]) -> None:
@@ -127,10 +126,7 @@ class Engine:
             prefix_cache=config.prefix_cache,
             compile=config.resolved_compile(),
             trace_steps=config.trace_steps and device == "cpu",
-            kernels=tuple(
-                (name, _CHOICE[getattr(config, name)]) for name in ("int8_kernel", "fused_ops", "f32_rows")
-            ),
-            settings=config.model_settings(),
+            settings=tuple(config.settings.items()),
         )
         # see voxcast.engine.threads: no lasting OpenMP team on this thread
         model = on_fresh_thread(lambda: load_model(config.model, options))
@@ -162,7 +158,7 @@ class Engine:
     def render_settings(self) -> dict[str, Any]:
         """What else than the checkpoint changes the model's output (part of the audio cache key;
         empty for Qwen3-TTS; Chatterbox Turbo: its stream settings and built-in voice)."""
-        return dict(self._info.render_settings)
+        return dict(self._info.capabilities.render_settings)
 
     @property
     def speakers(self) -> tuple[str, ...]:
@@ -173,6 +169,17 @@ class Engine:
     def clones_voices(self) -> bool:
         """Whether the model builds voices from reference audio."""
         return self._info.clones_voices
+
+    @property
+    def cloning_refusal(self) -> str | None:
+        """Why the model builds no voices from reference audio (the message of the error that
+        refuses a cloning request; the model's own words), None where it does."""
+        return self._info.capabilities.cloning_refusal
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The optional parts of the model contract the model implements (read once at load)."""
+        return self._info.capabilities
 
     @property
     def loaded(self) -> bool:
@@ -396,10 +403,8 @@ class Engine:
             prefix: also compute its prompt prefix (a request that brings its own reference audio
                 skips that: its one-pass prefill computes the prefix anyway, at no extra cost).
         """
-        if not self.clones_voices:
-            raise InvalidRequest(
-                f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
-            )
+        if self.cloning_refusal is not None:
+            raise InvalidRequest(self.cloning_refusal, field="ref_audio")
         pcm = load_reference_audio(audio)
         with self._using() as model:
             return on_fresh_thread(

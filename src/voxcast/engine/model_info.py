@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from voxcast.models.base import TTSModel
+from voxcast.models.base import Capabilities, TTSModel, capabilities
 
 __all__ = ["ModelInfo"]
 
@@ -22,7 +20,7 @@ class ModelInfo:
         speakers: named speakers (lower case; empty where it has none).
         clones_voices: whether voices can be built from reference audio.
         samples_per_frame: audio samples per generated frame.
-        render_settings: what else than the checkpoint changes the output (audio cache key).
+        capabilities: the optional parts of the model contract it implements, read once at load.
     """
 
     model_type: str
@@ -31,7 +29,7 @@ class ModelInfo:
     speakers: tuple[str, ...]
     clones_voices: bool
     samples_per_frame: int
-    render_settings: Mapping[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities = field(default_factory=Capabilities)
 
     @classmethod
     def of(cls, model: TTSModel) -> ModelInfo:
@@ -43,7 +41,7 @@ class ModelInfo:
             speakers=tuple(model.speakers),
             clones_voices=bool(model.clones_voices),
             samples_per_frame=int(model.samples_per_frame),
-            render_settings=dict(getattr(model, "render_settings", dict)()),
+            capabilities=capabilities(model),
         )
 
     @property

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.model_info import ModelInfo
 from voxcast.engine.stream import SynthesisStream
 from voxcast.errors import EngineUnavailable, InvalidRequest
-from voxcast.models.base import FrameGenerator, OpenPrompt, TTSModel
+from voxcast.models.base import FrameGenerator, LookaheadDecoder, OpenPrompt, TTSModel
 from voxcast.text.incremental import SentenceBuffer
 from voxcast.text.normalize import normalize_text
 from voxcast.text.split import plan_chunks
@@ -459,8 +459,8 @@ class Scheduler:
             act.waits += 1
             if act.text_wait and act.pending:
                 self._emit(act)
-            flush = getattr(act.decoder, "flush", None)  # a decoder holding audio back (look-ahead)
-            if act.text_wait and flush is not None:
+            if act.text_wait and self._info.capabilities.decoder_holds_audio:
+                flush = cast(LookaheadDecoder, act.decoder).flush  # audio held back (look-ahead)
                 if act.seq == 0:  # as in _emit: inline until the first audio is out (keeps the order)
                     self._flush_decoder(act, flush)
                 else:
@@ -778,9 +778,9 @@ class Scheduler:
         self.last_active = time.monotonic()  # the idle clock starts when the last stream ends
         if act.failed:
             return
-        finish = getattr(act.decoder, "finish", None)
-        if finish is not None and reason is None and not act.stream.cancelled:
-            self._decode_and_deliver(act, finish)
+        holds = self._info.capabilities.decoder_holds_audio
+        if holds and reason is None and not act.stream.cancelled:
+            self._decode_and_deliver(act, cast(LookaheadDecoder, act.decoder).finish)
         fill_final_timing(act, self.sample_rate, reason, self.keep_codes)
         act.stream._end()
 

@@ -26,7 +26,7 @@ from voxcast.engine.config import EngineConfig
 from voxcast.engine.request import SynthesisRequest
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.threads import on_fresh_thread
-from voxcast.models.base import LoadOptions, TTSModel
+from voxcast.models.base import Capabilities, LoadOptions, TTSModel
 
 __all__ = [
     "Warmable",
@@ -55,6 +55,9 @@ class Warmable(Protocol):
 
     @property
     def sample_rate(self) -> int: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     def synthesize(
         self, request: SynthesisRequest | dict[str, Any], voice: Any = None
@@ -196,7 +199,7 @@ def calibrate_or_recall(engine: Warmable, sample: tuple[SynthesisRequest, Any]) 
     """``decode_thread=auto``: the choice measured before on this machine for this model and
     these settings (:mod:`voxcast.engine.calibration_cache`), else measure it and remember it."""
     # the model may know better (e.g. its first audio needs more frames than a calibration run has)
-    hint = getattr(engine.model, "decode_thread_hint", None)
+    hint = engine.capabilities.decode_thread_hint
     if hint is not None:
         engine.use_decode_thread(bool(hint))
         log.info("decode thread %s: the model's choice", "on" if hint else "off")

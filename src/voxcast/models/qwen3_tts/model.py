@@ -291,6 +291,11 @@ class Qwen3TTS:
         """Whether voices can be built from reference audio (Base models)."""
         return self.model_type == "base" and self.codec_encoder is not None
 
+    @property
+    def cloning_refusal(self) -> str:
+        """Why it builds no voices (:class:`~voxcast.models.base.ExplainsCloning`)."""
+        return f"voice cloning needs a Base model; this one is {self.model_type}"
+
     def make_voice(
         self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool
     ) -> VoicePrompt:
