@@ -43,8 +43,3 @@ class ModelInfo:
             samples_per_frame=int(model.samples_per_frame),
             capabilities=capabilities(model),
         )
-
-    @property
-    def frame_rate(self) -> float:
-        """Generated frames per second of audio."""
-        return self.sample_rate / self.samples_per_frame
