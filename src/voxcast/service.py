@@ -588,7 +588,7 @@ class Service:
         self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
     ) -> Iterator[EncodedChunk]:
         req = s.request
-        encoder = StreamEncoder(req.response_format, req.sample_rate)
+        encoder = StreamEncoder(req.response_format, req.sample_rate, self.engine.sample_rate)
         stretcher = TimeStretch(req.speed, self.engine.sample_rate) if req.speed != 1.0 else None
         es = self.engine.synthesize(req, voice) if s.feed is None else self.engine.open(req, voice, s.feed)
         es.timing = timing

@@ -9,8 +9,8 @@ from voxcast.models.base import LoadOptions, ModelFamily, Setting, TestCheckpoin
 
 __all__ = ["FAMILY", "PITCHES", "SAMPLES_PER_FRAME", "SAMPLE_RATE", "load", "make_checkpoint"]
 
-SAMPLE_RATE = 24000  # what the service's encoders take (voxcast.audio.formats.NATIVE_SAMPLE_RATE)
-SAMPLES_PER_FRAME = 1920  # 12.5 frames a second
+SAMPLE_RATE = 16000  # not the 24 kHz of both real families: the service resamples
+SAMPLES_PER_FRAME = 1280  # 12.5 frames a second
 PITCHES = {"low": 220.0, "high": 330.0}
 
 

@@ -98,13 +98,23 @@ def test_family_settings_are_checked_naming_the_variable() -> None:
 
 
 def test_service_renders_stores_and_caches(service: Service) -> None:
-    request = {"text": TEXT, "voice": "low", "response_format": "pcm", "seed": 3}  # seeded: cached
-    first = service.synthesize(request)
+    request = {"text": TEXT, "voice": "low", "response_format": "pcm", "seed": 3, "sample_rate": SAMPLE_RATE}
+    first = service.synthesize(request)  # seeded: cached
     data = b"".join(c.data for c in first)
     assert data == float_to_int16(_expected(TEXT, "low")).tobytes()
     assert first.result is not None and first.result.timing.cache_hit is False
     again = service.synthesize(request)
     assert b"".join(c.data for c in again) == data and again.result.timing.cache_hit
+
+
+def test_service_resamples_from_the_models_rate(service: Service) -> None:
+    """The toy decodes 16 kHz: a file asked at the default 24 kHz is resampled, not relabelled."""
+    stream = service.synthesize({"text": TEXT, "voice": "low", "response_format": "wav"})
+    pcm, rate = sf.read(io.BytesIO(b"".join(c.data for c in stream)), dtype="float32")
+    want = _expected(TEXT, "low")
+    assert rate == 24000 and abs(len(pcm) - len(want) * 24000 // SAMPLE_RATE) <= 2
+    spectrum = np.abs(np.fft.rfft(pcm))
+    assert abs(np.argmax(spectrum) * rate / len(pcm) - PITCHES["low"]) < 2  # the same pitch
 
 
 def test_service_refuses_what_the_family_cannot_do(service: Service, engine: Engine) -> None:
@@ -123,7 +133,11 @@ def test_http_server_serves_the_toy_family(service: Service) -> None:
     with running(create_app(ServiceHolder(service), HttpConfig())) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         with client.audio.speech.with_streaming_response.create(
-            model="tts", input=TEXT, voice="high", response_format="pcm"
+            model="tts",
+            input=TEXT,
+            voice="high",
+            response_format="pcm",
+            extra_body={"sample_rate": SAMPLE_RATE},
         ) as r:  # type: ignore[arg-type]
             body = b"".join(r.iter_bytes())
         assert body == float_to_int16(_expected(TEXT, "high")).tobytes()
@@ -140,7 +154,7 @@ def test_rq_worker_serves_the_toy_family(
     worker = WorkerProcess(redis_url, checkpoint, tmp_path / "store", tmp_path / "worker.log", "vx-toy", env)
     try:
         client = QueueClient(redis_client, QueueConfig(queues=("vx-toy",), retries=0))
-        job = client.enqueue({"text": TEXT, "voice": "high"})
+        job = client.enqueue({"text": TEXT, "voice": "high", "sample_rate": SAMPLE_RATE})
         worker.wait_ready(redis_client, timeout_s=120)
         result = client.wait(job, timeout_s=120)
         cap = StreamCapture()
