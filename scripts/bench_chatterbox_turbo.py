@@ -170,7 +170,7 @@ def main() -> int:
             dtype=args.dtype,
             decode_thread=args.decode_thread,
             max_active=max(map(int, args.streams.split(","))),
-            turbo_prompt_cache=args.prompt_cache,
+            settings={"turbo_prompt_cache": args.prompt_cache},
         )
     )
     ready_s = time.perf_counter() - t0

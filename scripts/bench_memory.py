@@ -56,7 +56,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "fp32": {"dtype": "float32", "quant": "none", "codec_dtype": "float32"},
     "int8": {"dtype": "float32", "quant": "int8", "codec_dtype": "bfloat16"},
     # float32 on PyTorch's kernels only (no packed copies for voxcast's float32 row kernels)
-    "fp32-rows-off": {"dtype": "float32", "quant": "none", "codec_dtype": "float32", "f32_rows": "off"},
+    "fp32-rows-off": {
+        "dtype": "float32",
+        "quant": "none",
+        "codec_dtype": "float32",
+        "settings": {"f32_rows": "off"},
+    },
 }
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from voxcast.errors import InvalidRequest, VoxcastError
 
 if TYPE_CHECKING:
-    from voxcast.config import EngineConfig
     from voxcast.engine.chunks import AudioChunk
+    from voxcast.engine.config import EngineConfig
     from voxcast.engine.engine import Engine
     from voxcast.engine.request import SamplingParams, SynthesisRequest
     from voxcast.engine.stream import SynthesisStream
@@ -49,7 +49,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "AudioChunk": "voxcast.engine.chunks",
     "Engine": "voxcast.engine.engine",
-    "EngineConfig": "voxcast.config",
+    "EngineConfig": "voxcast.engine.config",
     "SamplingParams": "voxcast.engine.request",
     "Service": "voxcast.service",
     "ServiceConfig": "voxcast.service",

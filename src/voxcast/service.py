@@ -30,7 +30,7 @@ from voxcast.audio.formats import AudioFormat, file_content_type, file_extension
 from voxcast.audio.stretch import TimeStretch
 from voxcast.audio.wav import WavCodec, data_span, stream_header
 from voxcast.cache import AudioCache, CachedStream
-from voxcast.config import EngineConfig
+from voxcast.engine.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.stream import SynthesisStream
@@ -451,11 +451,8 @@ class Service:
                 return prompt, name, name
             audio = req.ref_audio_bytes()
             if audio is not None:
-                if not self.engine.clones_voices:
-                    raise InvalidRequest(
-                        f"voice cloning needs a Base model; this one is {self.engine.model_type}",
-                        field="ref_audio",
-                    )
+                if self.engine.cloning_refusal is not None:
+                    raise InvalidRequest(self.engine.cloning_refusal, field="ref_audio")
                 reg = self.voices.ensure(audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only)
                 timing.voice_cache_hit = reg.cache_hit
                 if reg.storage_error is not None:  # the prompt is usable; only persisting it failed
@@ -617,7 +614,7 @@ class Service:
         self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
     ) -> Iterator[EncodedChunk]:
         req = s.request
-        encoder = StreamEncoder(req.response_format, req.sample_rate)
+        encoder = StreamEncoder(req.response_format, req.sample_rate, self.engine.sample_rate)
         stretcher = TimeStretch(req.speed, self.engine.sample_rate) if req.speed != 1.0 else None
         es = self.engine.synthesize(req, voice) if s.feed is None else self.engine.open(req, voice, s.feed)
         es.timing = timing

@@ -232,6 +232,19 @@ def test_bad_reference_audio_names_the_field(base_engine: Engine) -> None:
     assert info.value.field == "ref_audio"
 
 
+def test_cloning_on_a_model_that_cannot_is_refused_in_the_models_words(
+    cv_engine: Engine, base_engine: Engine
+) -> None:
+    """The refusal is the family's capability (Qwen3-TTS: only Base checkpoints clone), read at load."""
+    assert base_engine.cloning_refusal is None and base_engine.clones_voices
+    assert cv_engine.cloning_refusal == "voice cloning needs a Base model; this one is custom_voice"
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(24000, np.float32), 24000, format="WAV")
+    with pytest.raises(InvalidRequest) as info:
+        cv_engine.create_voice(buf.getvalue(), "Hello.")
+    assert info.value.field == "ref_audio" and info.value.message == cv_engine.cloning_refusal
+
+
 def test_voice_design_needs_and_uses_instruct(tiny_model_dir: Factory) -> None:
     engine = Engine.load(EngineConfig(model=str(tiny_model_dir("voice_design")), device="cpu", warmup=False))
     try:

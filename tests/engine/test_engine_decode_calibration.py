@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from voxcast.config import EngineConfig
-from voxcast.engine import engine as engine_module
+from voxcast.engine import scheduler as scheduler_module
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import calibration_requests
@@ -102,7 +102,7 @@ def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytes
 def test_inline_kept_when_the_thread_costs_more(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A decode stage whose worker is slow to pick up jobs loses the comparison."""
     before = _audio(engine)
-    real_stage = engine_module.DecodeStage
+    real_stage = scheduler_module.DecodeStage
 
     def stage(threaded: bool, torch_threads: int = 0) -> Any:
         made = real_stage(threaded, torch_threads)
@@ -115,7 +115,7 @@ def test_inline_kept_when_the_thread_costs_more(engine: Engine, monkeypatch: pyt
             made.run = late_run  # type: ignore[method-assign]
         return made
 
-    monkeypatch.setattr(engine_module, "DecodeStage", stage)
+    monkeypatch.setattr(scheduler_module, "DecodeStage", stage)
     assert engine.calibrate_decode_thread(rounds=1) is False
     assert not engine.decode_threaded
     monkeypatch.undo()

@@ -189,7 +189,7 @@ def test_cancel_ends_within_one_frame_behind_a_slow_decoder(
 
 def test_close_joins_the_decode_thread(tiny_model_dir: Factory) -> None:
     engine = _engine(tiny_model_dir("custom_voice"), True)
-    worker = engine._decode._thread
+    worker = engine._scheduler._decode._thread
     assert worker is not None and worker.is_alive()
     assert len(_run(engine, greedy=True, max_frames=3)[0]) > 0
     engine.close()

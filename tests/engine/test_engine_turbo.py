@@ -143,4 +143,19 @@ def test_derived_frame_limit_counts_turbo_frames(engine: Engine) -> None:
     from voxcast.config import max_frames_for_text
 
     # the runaway guard is written for 12.5 frames a second: Turbo's tokens are 25 a second
-    assert engine._frame_limit("Hi there.") == 2 * max_frames_for_text("Hi there.")
+    assert engine._scheduler._frame_limit("Hi there.") == 2 * max_frames_for_text("Hi there.")
+
+
+def test_family_settings_reach_the_model_from_the_environment(turbo_model_dir: Path) -> None:
+    """``VOXCAST_TURBO_*`` are the family's settings: read and checked by the config, handed to the
+    Turbo loader only, and part of the audio cache key (the model's render settings)."""
+    env = {"VOXCAST_MODEL": str(turbo_model_dir), "VOXCAST_DEVICE": "cpu", "VOXCAST_WARMUP": "0"}
+    config = EngineConfig.from_env({**env, "VOXCAST_TURBO_FIRST_TOKENS": "4", "VOXCAST_F32_ROWS": "off"})
+    eng = Engine.load(config)
+    try:
+        stream = eng.render_settings["turbo_stream"]
+        assert stream["first"] == 4 and stream["chunk"] == 32  # given, and the model's default
+    finally:
+        eng.close()
+    with pytest.raises(ValueError, match="VOXCAST_TURBO_FIRST_TOKENS"):
+        EngineConfig.from_env({**env, "VOXCAST_TURBO_FIRST_TOKENS": "0"})

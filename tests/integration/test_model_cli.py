@@ -48,8 +48,10 @@ def test_cli_choices_match_the_builder() -> None:
     from voxcast.serving.cli import testmodel as cli_testmodel
     from voxcast.testing import qwen3_tts as testing
 
-    assert tuple(cli_testmodel.KINDS) == tuple(testing.KINDS)
-    assert tuple(cli_testmodel.SIZES) == tuple(testing.SIZES)
+    # the family's registered test checkpoints (what the CLI offers) are what its builder builds
+    qwen = {kind: tc for kind, (f, tc) in cli_testmodel.builders().items() if f.name == "qwen3_tts"}
+    assert tuple(qwen) == tuple(testing.KINDS)
+    assert all(tuple(tc.sizes) == tuple(testing.SIZES) for tc in qwen.values())
 
 
 def test_cli_parser_imports_no_torch() -> None:
@@ -66,7 +68,7 @@ def test_writes_a_chatterbox_turbo_checkpoint(tmp_path: Path) -> None:
     from voxcast.models.registry import load_model
     from voxcast.testing.chatterbox_turbo import SIZES
 
-    assert set(cli_testmodel.TURBO_SIZES) == set(SIZES)
+    assert set(cli_testmodel.builders()["chatterbox_turbo"][1].sizes) == set(SIZES)
     out = tmp_path / "turbo"
     args = _parse(["make-test-model", "--kind", "chatterbox_turbo", "--out", str(out)])
     assert args.func(args) == 0

@@ -253,9 +253,9 @@ def test_choice_is_measured_only_for_float32_cpu_models(tiny_model_dir: Any) -> 
 def test_setting_from_the_environment() -> None:
     from voxcast.config import EngineConfig
 
-    assert EngineConfig.from_env({}).f32_rows == "auto"
-    assert EngineConfig.from_env({"VOXCAST_F32_ROWS": "0"}).f32_rows == "off"
-    assert EngineConfig.from_env({"VOXCAST_F32_ROWS": "ON"}).f32_rows == "on"
+    assert "f32_rows" not in EngineConfig.from_env({}).settings  # auto: the family's default
+    assert EngineConfig.from_env({"VOXCAST_F32_ROWS": "0"}).settings["f32_rows"] is False
+    assert EngineConfig.from_env({"VOXCAST_F32_ROWS": "ON"}).settings["f32_rows"] is True
     with pytest.raises(ValueError, match="VOXCAST_F32_ROWS"):
         EngineConfig.from_env({"VOXCAST_F32_ROWS": "maybe"})
 

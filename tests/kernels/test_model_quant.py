@@ -80,9 +80,9 @@ def test_config_field() -> None:
     assert EngineConfig.from_env({"VOXCAST_QUANT": "INT8"}).quant == "int8"
     with pytest.raises(ValueError, match="VOXCAST_QUANT"):
         EngineConfig.from_env({"VOXCAST_QUANT": "fp8"})
-    assert EngineConfig.from_env({}).int8_kernel == "auto"
-    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "0"}).int8_kernel == "off"
-    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "On"}).int8_kernel == "on"
+    assert "int8_kernel" not in EngineConfig.from_env({}).settings  # auto: the family's default
+    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "0"}).settings["int8_kernel"] is False
+    assert EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "On"}).settings["int8_kernel"] is True
     with pytest.raises(ValueError, match="VOXCAST_INT8_KERNEL"):
         EngineConfig.from_env({"VOXCAST_INT8_KERNEL": "fbgemm"})
 

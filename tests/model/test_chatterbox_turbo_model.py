@@ -224,13 +224,23 @@ def test_render_is_seeded(model: ChatterboxTurbo) -> None:
 
 def test_stream_settings_from_the_environment() -> None:
     from voxcast.config import EngineConfig
+    from voxcast.models.registry import family
 
     env = {"VOXCAST_TURBO_FIRST_TOKENS": "4", "VOXCAST_TURBO_PROMPT_TOKENS": "50"}
-    opts = LoadOptions(settings=EngineConfig.from_env(env).model_settings())
-    s = StreamSettings.from_options(opts)
-    assert (s.first, s.chunk, s.prompt_tokens, s.left, s.right) == (4, 32, 50, 16, 4)
+    own = family("chatterbox_turbo").resolve(EngineConfig.from_env(env).settings)  # what its loader gets
+    s = StreamSettings.from_options(LoadOptions(settings=tuple(own.items())))
+    assert (s.first, s.chunk, s.prompt_tokens, s.left, s.right, s.prompt_cache) == (4, 32, 50, 16, 4, 1)
     assert StreamSettings.from_options(LoadOptions()) == StreamSettings()
-    for bad in ({"VOXCAST_TURBO_FIRST_TOKENS": "0"}, {"VOXCAST_TURBO_CHUNK_TOKENS": "x"}):
+    off = family("chatterbox_turbo").resolve(
+        EngineConfig.from_env({"VOXCAST_TURBO_PROMPT_CACHE": "off"}).settings
+    )
+    assert StreamSettings.from_options(LoadOptions(settings=tuple(off.items()))).prompt_cache == 0
+    bads = (
+        {"VOXCAST_TURBO_FIRST_TOKENS": "0"},
+        {"VOXCAST_TURBO_CHUNK_TOKENS": "x"},
+        {"VOXCAST_TURBO_PROMPT_CACHE": "maybe"},
+    )
+    for bad in bads:
         with pytest.raises(ValueError, match=next(iter(bad))):
             EngineConfig.from_env(bad)
 

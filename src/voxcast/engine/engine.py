@@ -1,16 +1,11 @@
 """The engine: one loaded, warmed model owned by one scheduler thread, many concurrent streams.
 
-``Engine.load(config)`` loads the checkpoint, warms every path a request can take and starts the
-scheduler. ``engine.synthesize(request)`` returns a lazy :class:`SynthesisStream`. The scheduler admits
-new requests (prompt + prefill; at most one per round, prefilled in parts, while others are playing, so
-they stall by about one part; all waiting ones at once while none has produced a frame yet) and
-advances every active request by one frame per round in one batched step (continuous batching: the
-talker and code predictor read their weights once for all rows), so concurrent users share the cost of
-a frame instead of queueing behind each other.
-Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with a decode thread
-(``config.decode_thread`` "on", or "auto" when warm-up measured it faster on this machine) the codec
-decodes them on a second thread while the scheduler generates the next frames; a stream ends only
-after its last chunk was decoded and delivered.
+``Engine.load(config)`` loads the checkpoint, warms every path a request can take
+(:mod:`voxcast.engine.warmup`) and starts the scheduler (:mod:`voxcast.engine.scheduler`: admission,
+prefill in parts, one batched frame step per round, chunks decoded and delivered).
+``engine.synthesize(request)`` returns a lazy :class:`SynthesisStream`. The engine keeps the model's
+lifecycle: it releases the weights after ``idle_unload_s`` without activity and loads and warms them
+again for the next request.
 """
 
 from __future__ import annotations
@@ -19,85 +14,35 @@ import atexit
 import contextlib
 import gc
 import logging
-import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from voxcast.audio.reference import load_reference_audio
-from voxcast.config import EngineConfig, max_frames_for_text
-from voxcast.engine.active import Active, fill_final_timing, next_chunk_frames
-from voxcast.engine.chunks import AudioChunk
-from voxcast.engine.decode_stage import DecodeStage
+from voxcast.engine.config import EngineConfig
 from voxcast.engine.memory import rss_mb, trim_heap
+from voxcast.engine.model_info import ModelInfo
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.runtime_info import runtime_choices
+from voxcast.engine.scheduler import Scheduler
 from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.threads import on_fresh_thread
+from voxcast.engine.warmup import calibrate, warm
 from voxcast.errors import EngineUnavailable, InvalidRequest
-from voxcast.models.base import FrameGenerator, LoadOptions, OpenPrompt, TTSModel
+from voxcast.models.base import Capabilities, LoadOptions, TTSModel
 from voxcast.models.registry import load_model
-from voxcast.text.incremental import SentenceBuffer
-from voxcast.text.normalize import normalize_text
-from voxcast.text.split import plan_chunks
 
 __all__ = ["Engine"]
 
 log = logging.getLogger(__name__)
 
-
-def _rid(act: Any) -> dict[str, Any]:
-    """``extra`` naming an active stream's request on a line the engine thread logs."""
-    return {"request_id": act.stream.timing.request_id}
-
-
-_IDLE_WAIT_S = 0.25
-#: Longest wait for consumers to take the first chunks of a step (:meth:`Engine._hand_off`).
-HANDOFF_TAKE_S = 0.005
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_CHOICE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
-# Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
-# bench_decode_threads.py, 2 cores, the full-size codec on the decode thread against matrix-vector
-# "generation" on this one, 3 runs): with 1 decode thread each generation step took 4-4.5x longer and
-# the run 3.3-3.6x; with OMP_WAIT_POLICY=PASSIVE the gap vanished, i.e. the generating thread's
-# OpenMP team spin-waits for a core the single busy decode thread holds. Default (active) was fastest.
-_DECODE_TORCH_THREADS = 0
-
-
-@dataclass
-class _Opening:
-    """An admitted stream whose text has not yet decided its prefill (text arriving in pieces):
-    an open prompt fed token by token, or (a layout that needs whole text) sentences."""
-
-    stream: SynthesisStream
-    prompt: OpenPrompt | None
-    seen: int = -1
-    sentences: _Sentences | None = None
-
-
-class _Sentences:
-    """The complete sentences of a text that arrives in pieces, for layouts that need whole text:
-    each one is a piece of the stream as soon as the text after it has started (or the text closed)."""
-
-    def __init__(self) -> None:
-        self._buffer = SentenceBuffer()
-        self._fed = 0
-
-    def take(self, raw: str, closed: bool) -> list[str]:
-        """The sentences of ``raw`` (the whole text so far) completed since the last call, normalised."""
-        out = self._buffer.push(raw[self._fed :])
-        self._fed = len(raw)
-        if closed:
-            out += self._buffer.flush()
-        return [t for t in (normalize_text(x) for x in out) if t]
 
 
 def _close_at_exit(ref: weakref.ref[Engine]) -> None:
@@ -130,21 +75,12 @@ class Engine:
         #: How the model was loaded (to load it again after an idle unload).
         self.options = options
         #: The checkpoint's constants, kept while the weights are unloaded.
-        self._info = (
-            str(model.model_type),
-            str(model.identity),
-            int(model.sample_rate),
-            tuple(model.speakers),
-            bool(model.clones_voices),
-            int(model.samples_per_frame),
-            dict(getattr(model, "render_settings", dict)()),
-        )
+        self._info = ModelInfo.of(model)
         #: Idle unload (``config.idle_unload_s``): the lock under which the model is (re)loaded and
-        #: released, the calls using it off the scheduler thread, the last activity, and hooks.
+        #: released, the calls using it off the scheduler thread, and hooks.
         self._load_lock = threading.RLock()
         self._users_lock = threading.Lock()  # guards ``model`` going away, ``_users`` and queueing
         self._users = 0
-        self._last_active = time.monotonic()
         self.loads = 1
         self.unloads = 0
         #: RSS before/after the last unload (MB), and what the last reload took.
@@ -157,32 +93,16 @@ class Engine:
         #: warm-up requests; ``prefixes``: the named speakers' prompt prefixes; ``calibration``).
         self.warmup_parts: dict[str, float] = {}
         self.warmed = False
-        self.keep_codes = False
-        self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
-        self._active: list[Active] = []
-        self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
-        self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
-        self._opening: list[_Opening] = []  # text in pieces: admitted, waiting for the prefill's text
-        #: Set whenever the scheduler may have work: a request queued, text pushed, a stream cancelled.
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        #: Batched model steps run, and the rows they held (rows / steps = the mean batch size).
-        self.steps = 0
-        self.step_rows = 0
-        #: First chunks handed off (see :meth:`_hand_off`; CPU only: a GPU step leaves the cores free).
-        self.handoffs = 0
-        self._handoffs: list[SynthesisStream] = []
         on_cpu = options is None or torch.device(options.device).type == "cpu"
-        self._handoff_s = config.handoff_ms / 1000 if on_cpu else 0.0
-        self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
+        handoff_s = config.handoff_ms / 1000 if on_cpu else 0.0
+        self._scheduler = Scheduler(config, self._info, lambda: self.model, self._maybe_unload, handoff_s)
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
         #: The dtypes in use (bfloat16 settings fall back to float32 where it is not native).
         self.precision: Precision | None = None
         #: RSS before/after returning free heap memory at the end of start-up (None: not done/possible).
         self.heap_trim: dict[str, float] | None = None
-        self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
-        self._thread.start()
+        self._scheduler.start()
         atexit.register(_close_at_exit, weakref.ref(self))  # see _close_at_exit
 
     # -- construction ----------------------------------------------------------------------------
@@ -206,10 +126,7 @@ class Engine:
             prefix_cache=config.prefix_cache,
             compile=config.resolved_compile(),
             trace_steps=config.trace_steps and device == "cpu",
-            kernels=tuple(
-                (name, _CHOICE[getattr(config, name)]) for name in ("int8_kernel", "fused_ops", "f32_rows")
-            ),
-            settings=config.model_settings(),
+            settings=tuple(config.settings.items()),
         )
         # see voxcast.engine.threads: no lasting OpenMP team on this thread
         model = on_fresh_thread(lambda: load_model(config.model, options))
@@ -227,31 +144,42 @@ class Engine:
 
     @property
     def model_type(self) -> str:
-        return self._info[0]
+        return self._info.model_type
 
     @property
     def identity(self) -> str:
-        return self._info[1]
+        return self._info.identity
 
     @property
     def sample_rate(self) -> int:
-        return self._info[2]
+        return self._info.sample_rate
 
     @property
     def render_settings(self) -> dict[str, Any]:
         """What else than the checkpoint changes the model's output (part of the audio cache key;
         empty for Qwen3-TTS; Chatterbox Turbo: its stream settings and built-in voice)."""
-        return dict(self._info[6])
+        return dict(self._info.capabilities.render_settings)
 
     @property
     def speakers(self) -> tuple[str, ...]:
         """The model's named speakers (lower case; empty where it has none)."""
-        return self._info[3]
+        return self._info.speakers
 
     @property
     def clones_voices(self) -> bool:
         """Whether the model builds voices from reference audio."""
-        return self._info[4]
+        return self._info.clones_voices
+
+    @property
+    def cloning_refusal(self) -> str | None:
+        """Why the model builds no voices from reference audio (the message of the error that
+        refuses a cloning request; the model's own words), None where it does."""
+        return self._info.capabilities.cloning_refusal
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The optional parts of the model contract the model implements (read once at load)."""
+        return self._info.capabilities
 
     @property
     def loaded(self) -> bool:
@@ -285,7 +213,7 @@ class Engine:
         finally:
             with self._users_lock:
                 self._users -= 1
-                self._last_active = time.monotonic()
+                self._scheduler.last_active = time.monotonic()
 
     def _hold(self, then: Callable[[], None]) -> tuple[TTSModel, bool]:
         """Count one more user of the loaded model (loading it again first if it was unloaded) and
@@ -297,7 +225,7 @@ class Engine:
                 model = self._model
                 if model is not None:
                     self._users += 1
-                    self._last_active = time.monotonic()
+                    self._scheduler.last_active = time.monotonic()
                     then()
                     return model, cold
             cold = True
@@ -324,7 +252,7 @@ class Engine:
         else:
             self.warmup_ms = 0.0
             self.heap_trim = trim_heap()  # what loading freed but the allocator kept
-        self._last_active = time.monotonic()
+        self._scheduler.last_active = time.monotonic()
         self._phase("ready")
         return True
 
@@ -338,22 +266,15 @@ class Engine:
     def _maybe_unload(self) -> None:
         """On the scheduler thread: release the model after ``idle_unload_s`` without activity."""
         idle_s = self.config.idle_unload_s
-        if (
-            not idle_s
-            or self._model is None
-            or self._active
-            or self._prefilling
-            or self._ahead
-            or self._opening
-        ):
+        if not idle_s or self._model is None or self._scheduler.holding():
             return
-        if time.monotonic() - self._last_active < idle_s:
+        if time.monotonic() - self._scheduler.last_active < idle_s:
             return
         if not self._load_lock.acquire(blocking=False):  # a (re)load is under way
             return
         try:
             with self._users_lock:
-                if self._users or not self._pending.empty() or self._model is None:
+                if self._users or self._scheduler.queued() or self._model is None:
                     return
                 rss = rss_mb()
                 self._model = None  # from here on, users load it again
@@ -375,17 +296,47 @@ class Engine:
     @property
     def decode_threaded(self) -> bool:
         """Whether chunks after the first are decoded on the decode thread."""
-        return self._decode.threaded
+        return self._scheduler.decode_threaded
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stopping.is_set() and self._decode.alive
+        return self._scheduler.alive
 
     def close(self) -> None:
         """Stop the scheduler and the decode thread; streams still running end with EngineUnavailable."""
-        self._stopping.set()
-        self._thread.join(timeout=10)
-        self._decode.join(timeout=10)
+        self._scheduler.close()
+
+    # -- the scheduler's counters and switches ---------------------------------------------------
+    @property
+    def keep_codes(self) -> bool:
+        """Keep each stream's codes in its timing (tests, parity checks)."""
+        return self._scheduler.keep_codes
+
+    @keep_codes.setter
+    def keep_codes(self, value: bool) -> None:
+        self._scheduler.keep_codes = value
+
+    @property
+    def steps(self) -> int:
+        """Batched model steps run."""
+        return self._scheduler.steps
+
+    @property
+    def step_rows(self) -> int:
+        """Rows the batched steps held (rows / steps = the mean batch size)."""
+        return self._scheduler.step_rows
+
+    @property
+    def handoffs(self) -> int:
+        """First chunks handed off (``handoff_ms``)."""
+        return self._scheduler.handoffs
+
+    def stats(self) -> dict[str, int]:
+        """What the engine holds now (read without a lock: a monitoring snapshot, not a contract):
+        ``active`` streams generating, ``prefilling`` admitted streams still in their prefill,
+        ``waiting`` streams not yet admitted, ``waiting_text`` admitted streams waiting for text
+        (text in pieces), and the ``steps`` / ``step_rows`` counters."""
+        return self._scheduler.stats()
 
     # -- public API ------------------------------------------------------------------------------
     def synthesize(self, request: SynthesisRequest | dict[str, Any], voice: Any = None) -> SynthesisStream:
@@ -406,7 +357,7 @@ class Engine:
         req = parse_request(request)
         prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
         return SynthesisStream(
-            req, voice, self._submit, lambda: self.alive, prepare, on_cancel=self._wake.set
+            req, voice, self._submit, lambda: self.alive, prepare, on_cancel=self._scheduler.wake
         )
 
     def open(
@@ -437,8 +388,10 @@ class Engine:
             feed = TextFeed(text=initial)
         elif initial:
             feed.push(initial)
-        feed.on_change = self._wake.set
-        return SynthesisStream(req, voice, self._submit, lambda: self.alive, prepare, feed, self._wake.set)
+        feed.on_change = self._scheduler.wake
+        return SynthesisStream(
+            req, voice, self._submit, lambda: self.alive, prepare, feed, self._scheduler.wake
+        )
 
     def create_voice(
         self, audio: bytes, ref_text: str | None, x_vector_only: bool = False, *, prefix: bool = True
@@ -450,10 +403,8 @@ class Engine:
             prefix: also compute its prompt prefix (a request that brings its own reference audio
                 skips that: its one-pass prefill computes the prefix anyway, at no extra cost).
         """
-        if not self.clones_voices:
-            raise InvalidRequest(
-                f"voice cloning needs a Base model; this one is {self.model_type}", field="ref_audio"
-            )
+        if self.cloning_refusal is not None:
+            raise InvalidRequest(self.cloning_refusal, field="ref_audio")
         pcm = load_reference_audio(audio)
         with self._using() as model:
             return on_fresh_thread(
@@ -492,13 +443,13 @@ class Engine:
         def queue_it() -> None:  # under the users lock: an unload never happens in between
             stream.timing.load_ms = self.load_ms
             stream.timing.warmup_ms = self.warmup_ms
-            self._pending.put(stream)
+            self._scheduler.queue(stream)
 
         stream.timing.cold = not self.warmed
         _, cold = self._hold(queue_it)
         with self._users_lock:
             self._users -= 1  # the queued stream keeps the model loaded from here on
-        self._wake.set()
+        self._scheduler.wake()
         stream.timing.cold = stream.timing.cold or cold
 
     # -- warm-up ---------------------------------------------------------------------------------
@@ -509,722 +460,30 @@ class Engine:
         between its requests; the idle clock starts again when it ends."""
         with self._load_lock:
             self._warmup()
-            self._last_active = time.monotonic()
+            self._scheduler.last_active = time.monotonic()
         log.info("runtime choices: %s", runtime_choices(self))
         return self.warmup_ms
 
     def _warmup(self) -> None:
-        from voxcast.engine.warmup import warmup_requests
-
-        t0 = t = time.perf_counter()
-        parts: dict[str, float] = {}
-
-        def lap(name: str) -> None:
-            nonlocal t
-            now = time.perf_counter()
-            parts[name] = round((now - t) * 1000, 1)
-            t = now
-
-        # e.g. the code predictor's recorded steps for every batch size
-        on_fresh_thread(lambda: self.model.prepare_batches(self.config.max_active))
-        lap("prepare")
-        pairs = on_fresh_thread(lambda: list(warmup_requests(self)))
-        for request, voice in pairs:
-            for _ in self.synthesize(request, voice):
-                pass
-        lap("requests")
-        # the named speakers' prompt prefixes, so no first request computes one
-        on_fresh_thread(self.model.fill_speaker_prefixes)
-        lap("prefixes")
-        if self.config.decode_thread == "auto":
-            self._calibrate_or_recall(pairs[0])
-        lap("calibration")
-        self.warmup_ms = (time.perf_counter() - t0) * 1000
-        self.warmup_parts = parts
+        done = warm(self)
+        if done.calibration is not None:
+            self.decode_calibration = done.calibration
+        self.warmup_ms = done.ms
+        self.warmup_parts = done.parts
         self.warmed = True
-        log.info("warm-up done in %.0f ms: %s", self.warmup_ms, parts)
+        log.info("warm-up done in %.0f ms: %s", self.warmup_ms, done.parts)
         self.heap_trim = trim_heap()  # what loading and warm-up freed but the allocator kept
 
     def calibrate_decode_thread(
         self, rounds: int = 1, sample: tuple[SynthesisRequest, Any] | None = None
     ) -> bool:
-        """Time the same concurrent workload with and without the decode thread; keep the faster.
+        """Time the same concurrent workload with and without the decode thread; keep the faster
+        (:func:`voxcast.engine.warmup.calibrate`). Call it while no other request runs. Returns the
+        choice; :attr:`decode_calibration` has the timings."""
+        self.decode_calibration = calibrate(self, rounds, sample)
+        return bool(self.decode_calibration["decode_thread"])
 
-        Overlapping audio decoding with generation pays only where the two do not fight over the same
-        cores and memory bandwidth, which no core count predicts (on 2 CPU cores it measured 0.8-1.08x
-        on one machine and 1.22-1.37x on another). So warm-up measures it: ``min(2, max_active)``
-        streams of a warm-up request each, started together, run ``rounds`` times in each mode in the
-        order off, on, on, off, ... (drift cancels); the thread stays on only if its total is at least
-        5% shorter. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 3.5 s each). Call it
-        while no other request runs (warm-up does). ``sample``: the (request, voice) to run (default:
-        the first warm-up request, built here). Returns the choice.
-        """
-        from voxcast.engine.warmup import calibration_requests
-
-        requests = on_fresh_thread(lambda: calibration_requests(self, sample))
-        totals = {False: 0.0, True: 0.0}
-        for i in range(2 * rounds):
-            threaded = i % 4 in (1, 2)
-            self._use_decode_thread(threaded)
-            t0 = time.perf_counter()
-            streams = [self.synthesize(r, v) for r, v in requests]
-            for stream in streams:
-                for _ in stream:
-                    pass
-            totals[threaded] += time.perf_counter() - t0
-        choice = totals[True] < 0.95 * totals[False]
-        self._use_decode_thread(choice)
-        self.decode_calibration = {
-            "off_ms": totals[False] / rounds * 1000,
-            "on_ms": totals[True] / rounds * 1000,
-            "decode_thread": choice,
-        }
-        log.info(
-            "decode thread %s: concurrent warm-up streams took %.0f ms with it, %.0f ms without",
-            "on" if choice else "off",
-            self.decode_calibration["on_ms"],
-            self.decode_calibration["off_ms"],
-        )
-        return choice
-
-    def _calibrate_or_recall(self, sample: tuple[SynthesisRequest, Any]) -> None:
-        """``decode_thread=auto``: the choice measured before on this machine for this model and
-        these settings (:mod:`voxcast.engine.calibration_cache`), else measure it and remember it."""
-        from voxcast.engine import calibration_cache
-
-        # the model may know better (e.g. its first audio needs more frames than a calibration run has)
-        hint = getattr(self.model, "decode_thread_hint", None)
-        if hint is not None:
-            self._use_decode_thread(bool(hint))
-            self.decode_calibration = {"decode_thread": bool(hint), "model_hint": True}
-            log.info("decode thread %s: the model's choice", "on" if hint else "off")
-            return
-        key = calibration_cache.calibration_key(self.identity, self.options, self.config.max_active)
-        cached = calibration_cache.load(key)
-        if cached is not None:
-            self._use_decode_thread(bool(cached["decode_thread"]))
-            self.decode_calibration = {**cached, "cached": True}
-            log.info(
-                "decode thread %s: as measured before on this machine (%s)",
-                "on" if cached["decode_thread"] else "off",
-                calibration_cache.cache_dir(),
-            )
-            return
-        self.calibrate_decode_thread(sample=sample)
-        if self.decode_calibration is not None:
-            calibration_cache.store(key, self.decode_calibration)
-
-    def _use_decode_thread(self, threaded: bool) -> None:
-        """Swap the decode stage (only while no stream is running: its jobs would be split)."""
-        if threaded == self._decode.threaded:
-            return
-        old = self._decode
-        self._decode = DecodeStage(threaded, _DECODE_TORCH_THREADS)
-        old.join(timeout=10)
-
-    # -- scheduler thread ------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            with torch.inference_mode():
-                while not self._stopping.is_set():
-                    self._wake.clear()  # before looking: a wake-up from here on is not lost
-                    self._admit()
-                    self._feed_text()  # after admitting: a new stream's text decides its prefill now
-                    self._maybe_unload()
-                    self._prefill_part()
-                    self._advance_all()
-                    if not self._runnable() and self._pending.empty():
-                        self._wake.wait(_IDLE_WAIT_S)
-        except BaseException:  # the thread must not die silently
-            log.exception("engine scheduler crashed")
-            raise
-        finally:
-            self._stopping.set()
-            err = EngineUnavailable("the engine stopped")
-            for act in self._active + self._prefilling:
-                act.fail(err)
-            for opening in self._opening:
-                opening.stream._fail(err)
-            while True:
-                try:
-                    self._pending.get_nowait()._fail(err)
-                except queue.Empty:
-                    break
-            self._decode.stop()  # streams that already ended generating still get their last chunks
-
-    def _admit(self) -> None:
-        """Admit waiting requests, up to ``max_active`` streams.
-
-        Once an admitted stream has produced a frame (someone may be listening), at most one request
-        per round, prefilled in parts between the frames (``prefill_chunk``): playing streams stall
-        by about one part. Before that (``burst_admit``), every waiting request is admitted and
-        prefilled whole at once, so requests that arrive together start together: measured with four
-        arriving at once, the last one's first audio came after three earlier streams' first chunks
-        and ramp-up chunks otherwise (docs/benchmarks-history.md, burst admission).
-        """
-        while len(self._active) + len(self._prefilling) < self.config.max_active:
-            busy = bool(self._active or self._prefilling)
-            playing = busy and not (self.config.burst_admit and self._nobody_playing())
-            try:
-                stream = self._pending.get_nowait()
-            except queue.Empty:
-                return
-            if stream.cancelled:
-                self._finish_cancelled(stream)
-                continue
-            try:
-                if stream.feed is not None:
-                    self._open(stream)
-                elif playing and self.config.prefill_chunk:
-                    self._prefilling.append(self._start(stream, prefill=False))
-                else:
-                    self._active.append(self._start(stream))
-            except Exception as e:
-                if not isinstance(e, InvalidRequest):
-                    log.exception(
-                        "request %s failed to start",
-                        stream.timing.request_id,
-                        extra={"request_id": stream.timing.request_id},
-                    )
-                stream._fail(e)
-            if playing:  # one prefill per round while others play: they stall by one part at most
-                return
-
-    def _runnable(self) -> bool:
-        """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
-        return bool(self._prefilling or self._ahead or any(not a.waiting_text for a in self._active))
-
-    def _nobody_playing(self) -> bool:
-        """Whether no admitted stream has produced a frame yet (all still before their first audio)."""
-        return all(act.frames == 0 for act in self._active)
-
-    def _start(
-        self, stream: SynthesisStream, prefill: bool = True, pieces: list[str] | None = None
-    ) -> Active:
-        """An admitted stream: its text planned into pieces (or the given ``pieces`` of a text that
-        arrives in sentences), the first one's generator built and, with ``prefill``, prefilled."""
-        req, timing = stream.request, stream.timing
-        t0 = time.perf_counter()
-        if pieces is None:
-            timing.queue_wait_ms = (t0 - stream.t_submit) * 1000
-            pieces = self._plan(req.text)
-        several = len(pieces) > 1 or stream.feed is not None
-        timing.pieces = len(pieces)
-        gen, max_frames = self._piece_generator(stream, pieces[0], req.sampling, 0, several)
-        timing.prompt_ms = (time.perf_counter() - t0) * 1000
-        decoder = self.model.new_decoder(stream.voice, seed=gen.seed)
-        if gen.seed is not None:
-            timing.extra["seed"] = int(gen.seed)
-        first = req.first_chunk_frames or self.config.first_chunk_frames
-        act = Active(stream, gen, decoder, max_frames, target=first, first=first, pieces=pieces[1:])
-        if several:
-            act.piece_log.append({"chars": len(pieces[0]), "first_frame": 0})
-        if prefill:
-            gen.prefill()
-            self._prefilled(act)
-        return act
-
-    # -- text in pieces --------------------------------------------------------------------------
-    def _open(self, stream: SynthesisStream) -> None:
-        """Admit a stream whose text arrives in pieces: its prompt waits for the prefill's text."""
-        req = stream.request
-        prompt = self.model.open_prompt(
-            speaker=req.voice if stream.voice is None else None,
-            voice=stream.voice,
-            language=req.language,
-            instruct=req.instruct,
-            non_streaming_text=req.non_streaming_text,
-        )
-        stream.timing.queue_wait_ms = (time.perf_counter() - stream.t_submit) * 1000
-        if prompt is None:  # the layout needs whole text: sentence by sentence
-            self._opening.append(_Opening(stream, None, sentences=_Sentences()))
-            return
-        self._opening.append(_Opening(stream, prompt))
-
-    def _feed_text(self) -> None:
-        """Hand new text to the prompts that wait for it; start the streams whose prefill it decided;
-        end the text of streams that waited longer than ``text_wait_s``."""
-        for opening in list(self._opening):
-            stream = opening.stream
-            try:
-                if stream.cancelled:
-                    self._opening.remove(opening)
-                    self._finish_cancelled(stream)
-                    continue
-                if opening.sentences is not None:
-                    opening.seen, pieces = self._new_sentences(stream, opening.sentences, opening.seen)
-                    if pieces:
-                        self._opening.remove(opening)
-                        act = self._start(stream, prefill=False, pieces=pieces)
-                        act.sentences, act.seen = opening.sentences, opening.seen
-                        self._prefilling.append(act)
-                    elif stream.feed is not None and stream.feed.closed:
-                        raise InvalidRequest("text has nothing to speak", field="text")
-                    continue
-                assert opening.prompt is not None
-                opening.seen = self._update_prompt(stream, opening.prompt, opening.seen)
-                if opening.prompt.ready:
-                    self._opening.remove(opening)
-                    self._prefilling.append(self._started(stream, opening.prompt, opening.seen))
-            except Exception as e:
-                if opening in self._opening:
-                    self._opening.remove(opening)
-                if not isinstance(e, InvalidRequest):
-                    log.exception("request %s failed to start", stream.timing.request_id)
-                stream._fail(e)
-        for act in self._active + self._prefilling:
-            if act.failed or (act.prompt is None and act.sentences is None):
-                continue
-            try:
-                if act.sentences is not None:
-                    self._more_sentences(act)
-                    continue
-                assert act.prompt is not None
-                seen = self._update_prompt(act.stream, act.prompt, act.seen)
-                if seen != act.seen and act.prompt.closed:  # the whole text's limit, as if given at once
-                    act.generator.max_frames = act.max_frames = self._text_limit(act.stream)
-                act.seen = seen
-            except Exception as e:
-                for group in (self._active, self._prefilling):
-                    if act in group:
-                        group.remove(act)
-                act.fail(e)
-
-    def _new_sentences(
-        self, stream: SynthesisStream, sentences: _Sentences, seen: int
-    ) -> tuple[int, list[str]]:
-        """The pieces of the sentences completed since feed version ``seen`` (a whole-text layout)."""
-        feed = stream.feed
-        assert feed is not None
-        self._check_text_wait(stream)
-        if feed.version == seen:
-            return seen, []
-        raw, closed, version = feed.snapshot()
-        pieces = [p for sentence in sentences.take(raw, closed) for p in self._plan(sentence)]
-        return version, pieces
-
-    def _more_sentences(self, act: Active) -> None:
-        """New sentences of a whole-text layout's stream become its next pieces; a stream that waited
-        for them goes on, and one whose text closed with nothing left ends."""
-        assert act.sentences is not None and act.stream.feed is not None
-        act.seen, pieces = self._new_sentences(act.stream, act.sentences, act.seen)
-        act.pieces += pieces
-        act.stream.timing.pieces += len(pieces)
-        if not act.text_wait:
-            if pieces:
-                self._look_ahead(act)
-            return
-        if pieces:
-            act.text_wait = False
-            self._resume(act)
-            self._next_piece(act)
-        elif act.stream.feed.closed:
-            act.text_wait = False
-            self._resume(act)
-            self._active.remove(act)
-            self._finish(act)
-
-    def _check_text_wait(self, stream: SynthesisStream) -> None:
-        """Take the text as complete after ``text_wait_s`` without any (it speaks to its end)."""
-        feed = stream.feed
-        assert feed is not None
-        if not feed.closed and time.monotonic() - feed.last_change > self.config.text_wait_s:
-            stream.timing.extra["text_timeout"] = True
-            log.info(
-                "request %s got no text for %.1f s: its text is taken as complete",
-                stream.timing.request_id,
-                self.config.text_wait_s,
-                extra={"request_id": stream.timing.request_id},
-            )
-            feed.close()
-
-    def _update_prompt(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> int:
-        """Feed ``prompt`` the stream's text if it changed (closing it after ``text_wait_s`` without
-        text); returns the feed version it has now seen."""
-        feed = stream.feed
-        assert feed is not None
-        self._check_text_wait(stream)
-        if feed.version == seen:
-            return seen
-        raw, closed, version = feed.snapshot()
-        text = normalize_text(raw)
-        prompt.update(text, closed)
-        if closed:
-            stream.timing.extra["text_chars"] = len(text)
-        return version
-
-    def _text_limit(self, stream: SynthesisStream) -> int:
-        """The frame limit of a stream with text in pieces: the caller's ``max_frames``, else the
-        whole text's derived limit once it is complete, and ``max_frames_cap`` until then."""
-        feed = stream.feed
-        if stream.request.max_frames is not None:
-            return stream.request.max_frames
-        if feed is None or not feed.closed:
-            return self.config.max_frames_cap
-        return self._frame_limit(normalize_text(feed.snapshot()[0]))
-
-    def _started(self, stream: SynthesisStream, prompt: OpenPrompt, seen: int) -> Active:
-        """The admitted stream of an open prompt whose prefill is decided (prefilled between frames);
-        ``seen``: the feed version the prompt holds (text pushed since is fed on the next round)."""
-        t0 = time.perf_counter()
-        req = stream.request
-        limit = self._text_limit(stream)
-        gen = self.model.new_generator(prompt, req.sampling, limit)
-        stream.timing.prompt_ms = (time.perf_counter() - t0) * 1000
-        if gen.seed is not None:
-            stream.timing.extra["seed"] = int(gen.seed)
-        first = req.first_chunk_frames or self.config.first_chunk_frames
-        decoder = self.model.new_decoder(stream.voice, seed=gen.seed)
-        act = Active(stream, gen, decoder, limit, target=first, first=first)
-        act.prompt, act.seen = prompt, seen
-        return act
-
-    def _resume(self, act: Active) -> None:
-        """``act`` no longer waits for text: count the wait."""
-        if act.wait_since is not None:
-            act.wait_s += time.monotonic() - act.wait_since
-            act.wait_since = None
-
-    def _wait_for_text(self, act: Active) -> None:
-        """``act``'s next frame needs text not yet final: no step meanwhile.
-
-        Waiting for a token keeps the chunk schedule (a partial chunk waits with it), so the chunks,
-        and the audio decoded from them, are bitwise those of the whole text at once. Waiting for the
-        next sentence (a whole-text layout) sends the spoken sentence's last frames at once instead.
-        """
-        if act.wait_since is None:
-            act.wait_since = time.monotonic()
-            act.waits += 1
-            if act.text_wait and act.pending:
-                self._emit(act)
-            flush = getattr(act.decoder, "flush", None)  # a decoder holding audio back (look-ahead)
-            if act.text_wait and flush is not None:
-                if act.seq == 0:  # as in _emit: inline until the first audio is out (keeps the order)
-                    self._flush_decoder(act, flush)
-                else:
-                    self._decode.run(lambda: self._flush_decoder(act, flush), act.fail)
-
-    def _flush_decoder(self, act: Active, flush: Callable[[], np.ndarray]) -> None:
-        """Deliver the audio a look-ahead decoder still holds (the stream waits for its next sentence)."""
-        if not (act.failed or act.stream.cancelled):
-            self._decode_and_deliver(act, flush)
-
-    def _frame_limit(self, text: str) -> int:
-        """The derived frame limit of ``text`` (the runaway guard), in the model's frames: the rule is
-        written for 12.5 frames a second (Qwen3-TTS) and scaled for other rates (Chatterbox Turbo: 25)."""
-        scale = self.sample_rate / self._info[5] / 12.5
-        return max(2, round(max_frames_for_text(text, self.config.max_frames_cap) * scale))
-
-    def _plan(self, text: str) -> list[str]:
-        """The pieces a text is spoken in: itself, or sentence-cut pieces of at most ``piece_chars``."""
-        limit = self.config.piece_chars
-        if not limit or len(text) <= limit:
-            return [text]
-        return plan_chunks(text, limit) or [text]
-
-    def _piece_generator(
-        self, stream: SynthesisStream, text: str, sampling: Any, frames_so_far: int, several: bool
-    ) -> tuple[FrameGenerator, int]:
-        """A generator for ``text`` (the stream's text, or one of its ``several`` pieces) and its
-        frame limit: the caller's ``max_frames`` for a whole text; for a piece, its own derived limit
-        (the runaway guard) within what the caller's ``max_frames`` leaves for the whole text."""
-        req = stream.request
-        prompt = self.model.build_prompt(
-            text,
-            speaker=req.voice if stream.voice is None else None,
-            voice=stream.voice,
-            language=req.language,
-            instruct=req.instruct,
-            non_streaming_text=req.non_streaming_text,
-        )
-        limit = self._frame_limit(text)
-        if req.max_frames is not None:
-            left = req.max_frames - frames_so_far
-            limit = min(limit, left) if several else left
-        return self.model.new_generator(prompt, sampling, limit), limit
-
-    def _prefilled(self, act: Active) -> None:
-        """Record a completed prefill in the request's timing."""
-        t, gen = act.stream.timing, act.generator
-        t.prefill_ms = gen.prefill_s * 1000
-        t.prefill_parts = max(1, t.prefill_parts)
-        prefix = gen.prefix_report()
-        if prefix is not None:
-            t.prefix_cache_hit, t.prefix_positions = prefix
-        self._look_ahead(act)
-
-    # -- long texts: the next piece ----------------------------------------------------------------
-    def _look_ahead(self, act: Active) -> None:
-        """Queue the prefill of ``act``'s next piece, run in parts between frames (:meth:`_prefill_part`).
-
-        Not where the caller set ``max_frames``: the next piece's limit is what the current one
-        leaves, known only when it ends (the next piece is then prefilled at the switch).
-        """
-        if not act.pieces or act.ahead is not None or act.stream.request.max_frames is not None:
-            return
-        act.ahead, act.ahead_frames = self._next_generator(act)
-        act.ahead_ready = False
-        self._ahead.append(act)
-
-    def _next_generator(self, act: Active) -> tuple[FrameGenerator, int]:
-        return self._piece_generator(act.stream, act.pieces[0], self._piece_sampling(act), act.frames, True)
-
-    def _piece_sampling(self, act: Active) -> Any:
-        """One sampler and seed for every piece: the first piece's seed (drawn, when none was asked)."""
-        seed = act.stream.timing.extra.get("seed")
-        return act.stream.request.sampling.model_copy(update={"seed": seed})
-
-    def _prefill_ahead(self) -> None:
-        """One part of the oldest queued next-piece prefill (dropped for a stream no longer active)."""
-        act = self._ahead[0]
-        if act.failed or act.stream.cancelled or act not in self._active or act.ahead is None:
-            self._ahead.pop(0)
-            return
-        if act.ahead.prefill_part(self.config.prefill_chunk or None):
-            act.ahead_ready = True
-            self._ahead.pop(0)
-
-    def _next_piece(self, act: Active) -> bool:
-        """Continue ``act`` with its next piece after the current one ended; False when there is none
-        (or the caller's ``max_frames`` is spent). Same stream, decoder, voice and seed; the pending
-        frames carry over into the next chunk, so the audio runs on without a seam."""
-        req = act.stream.request
-        if not act.pieces or (req.max_frames is not None and act.frames >= req.max_frames):
-            return False
-        old = act.generator
-        act.close_piece(old.finish_reason or "eos")
-        for k, v in old.stage_ms().items():
-            act.stage_totals[k] = act.stage_totals.get(k, 0.0) + v
-        if act.ahead is None:
-            act.ahead, act.ahead_frames = self._next_generator(act)
-        gen, ahead = act.ahead, act.ahead_ready
-        if act in self._ahead:
-            self._ahead.remove(act)
-        if not ahead:
-            gen.prefill_part(None)  # the rest of it (or all of it)
-        text = act.pieces.pop(0)
-        act.generator, act.max_frames = gen, act.ahead_frames
-        act.ahead, act.ahead_ready = None, False
-        act.piece_log.append(
-            {
-                "chars": len(text),
-                "first_frame": act.frames,
-                "prefill_ms": gen.prefill_s * 1000,
-                "ahead": ahead,
-            }
-        )
-        self._look_ahead(act)
-        return True
-
-    def _prefill_part(self) -> None:
-        """Advance the oldest interleaved prefill by one part (all of it when nothing else decodes);
-        with none waiting, one part of a long text's next piece.
-
-        While nobody plays yet (``burst_admit``), every waiting prefill is run whole this round, as
-        :meth:`_admit` does for whole texts: streams whose text arrives in pieces (the WebSocket) and
-        that open together start together, instead of one after another in parts.
-        """
-        if not self._prefilling:
-            if self._ahead:
-                try:
-                    self._prefill_ahead()
-                except Exception as e:
-                    act = self._ahead.pop(0)
-                    log.exception(
-                        "request %s failed to prefill its next piece",
-                        act.stream.timing.request_id,
-                        extra=_rid(act),
-                    )
-                    if act in self._active:
-                        self._active.remove(act)
-                    act.fail(e)
-            return
-        if self.config.burst_admit and self._nobody_playing():
-            for act in list(self._prefilling):
-                self._prefill_one(act, None)
-            return
-        part = self.config.prefill_chunk or None  # 0: whole prefills
-        self._prefill_one(self._prefilling[0], part if self._active else None)
-
-    def _prefill_one(self, act: Active, limit: int | None) -> None:
-        """Advance ``act``'s prefill by ``limit`` positions (None: all of it); once done it is active."""
-        if act.stream.cancelled:
-            self._prefilling.remove(act)
-            self._finish_cancelled(act.stream)
-            return
-        try:
-            act.stream.timing.prefill_parts += 1
-            if act.generator.prefill_part(limit):
-                self._prefilling.remove(act)
-                self._prefilled(act)  # may build the next piece's prompt: inside the try too
-                self._active.append(act)
-        except Exception as e:
-            log.exception("request %s failed to prefill", act.stream.timing.request_id, extra=_rid(act))
-            if act in self._prefilling:
-                self._prefilling.remove(act)
-            act.fail(e)
-
-    def _advance_all(self) -> None:
-        """One frame for every active request, in one batched model step."""
-        acts = []
-        for act in list(self._active):
-            if act.failed:  # its decode failed on the decode thread: the stream has the error
-                self._active.remove(act)
-            elif act.stream.cancelled:
-                self._active.remove(act)
-                self._finish_cancelled(act.stream, act)
-            elif act.waiting_text:
-                self._wait_for_text(act)
-            else:
-                self._resume(act)
-                acts.append(act)
-        if not acts:
-            return
-        try:
-            frames = self._step([act.generator for act in acts])
-        except Exception as e:
-            log.exception("batched step failed (%d requests)", len(acts))
-            for act in acts:
-                self._active.remove(act)
-                act.fail(e)
-            return
-        for act, codes in zip(acts, frames, strict=True):
-            self._advance(act, codes)
-        if self._handoffs:
-            self._hand_off()
-
-    def _hand_off(self) -> None:
-        """Let the first chunks of this step reach their clients before the next frames.
-
-        On a CPU the next step's threads take both cores the moment a chunk is out, so the threads
-        that carry it on (the consumer, a server's event loop, the socket) wait to be scheduled: a
-        few ms of loopback overhead on 2 cores. Once per stream start the scheduler waits until the
-        consumers took their chunks (at most :data:`HANDOFF_TAKE_S`), then pauses ``handoff_ms``.
-        """
-        deadline = time.perf_counter() + HANDOFF_TAKE_S
-        for stream in self._handoffs:
-            stream._taken.wait(max(0.0, deadline - time.perf_counter()))
-        self.handoffs += len(self._handoffs)
-        self._handoffs.clear()
-        time.sleep(self._handoff_s)
-
-    def _step(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
-        self.steps += 1
-        self.step_rows += len(generators)
-        return list(self.model.step_many(generators))
-
-    def stats(self) -> dict[str, int]:
-        """What the engine holds now (read without a lock: a monitoring snapshot, not a contract):
-        ``active`` streams generating, ``prefilling`` admitted streams still in their prefill,
-        ``waiting`` streams not yet admitted, ``waiting_text`` admitted streams waiting for text
-        (text in pieces), and the ``steps`` / ``step_rows`` counters."""
-        return {
-            "active": len(self._active),
-            "prefilling": len(self._prefilling),
-            "waiting": self._pending.qsize(),
-            "waiting_text": len(self._opening) + sum(1 for a in self._active if a.waiting_text),
-            "steps": self.steps,
-            "step_rows": self.step_rows,
-        }
-
-    def _advance(self, act: Active, codes: torch.Tensor | None) -> None:
-        try:
-            if codes is not None:
-                act.pending.append(codes)
-                act.frames += 1
-                if len(act.pending) >= act.target:
-                    self._emit(act)
-                return
-            if self._next_piece(act):
-                return
-            if act.sentences is not None and act.stream.feed is not None and not act.stream.feed.closed:
-                act.text_wait = True  # more sentences may come: wait for them (no step meanwhile)
-                self._wait_for_text(act)
-                return
-            if act.pending:
-                self._emit(act)
-            self._active.remove(act)
-            self._finish(act)
-        except Exception as e:
-            log.exception("request %s failed", act.stream.timing.request_id, extra=_rid(act))
-            if act in self._active:
-                self._active.remove(act)
-            act.fail(e)
-
-    def _emit(self, act: Active) -> None:
-        """Hand the pending frames to the decode stage as one chunk.
-
-        A stream's first chunk is decoded here, on the scheduler thread, at once and with the cores
-        to itself, because time to first audio matters most; later chunks overlap the next frames.
-        "First" means: until the stream's first audio is out. A decoder with look-ahead (Chatterbox
-        Turbo's) gives no audio for its first few chunks; they all run here, so the one that brings
-        the first audio does not share the cores with the next frames either (and, every earlier
-        chunk of the stream having run here, the stream's chunks stay in order).
-        That stalls other streams by one one-frame decode when a stream starts (they already wait
-        for its prefill); for a look-ahead decoder, by its first window (Chatterbox Turbo on 2 CPU
-        cores: one flow + HiFT window, ~1.7 s at full size). Measured on a tiny talker with the full-size codec (5 runs, medians): TTFA
-        392 ms with the first chunk on the decode thread, 354 ms here, 336 ms with no decode thread.
-        """
-        codes = torch.stack(act.pending)  # [T, 16]: a copy, so the decode may run later
-        if self.keep_codes:
-            act.codes.append(codes)
-        act.pending = []
-        act.target = next_chunk_frames(act, self.config.chunk_frames, self.config.chunk_ramp)
-        if act.seq == 0:  # no audio out yet (seq grows only when a chunk with audio is delivered)
-            self._decode_chunk(act, codes)
-        else:
-            self._decode.run(lambda: self._decode_chunk(act, codes), act.fail)
-
-    def _decode_chunk(self, act: Active, codes: torch.Tensor) -> None:
-        """Decode one chunk and deliver it (decode stage; skipped once the stream failed)."""
-        if act.failed or (self._decode.threaded and act.stream.cancelled):
-            return
-        self._decode_and_deliver(act, lambda: act.decoder.decode(codes), int(codes.shape[0]))
-
-    def _decode_and_deliver(self, act: Active, decode: Callable[[], np.ndarray], frames: int = 0) -> None:
-        """Run one decoder call (timed into the stream's codec time) and deliver its audio."""
-        t0 = time.perf_counter()
-        pcm = np.asarray(decode(), dtype=np.float32)
-        t1 = time.perf_counter()
-        act.codec_s += t1 - t0
-        self._deliver(act, pcm, frames, t1)
-
-    def _deliver(self, act: Active, pcm: np.ndarray, frames: int, t1: float) -> None:
-        """Put a decoded chunk on the stream. A decoder with look-ahead may have no audio final yet:
-        its frames are counted with the next chunk that has some."""
-        self._last_active = time.monotonic()  # activity counts every chunk (idle unload)
-        if not len(pcm):
-            act.unsent_frames += frames
-            return
-        frames, act.unsent_frames = frames + act.unsent_frames, 0
-        chunk = AudioChunk(act.seq, pcm, self.sample_rate, frames, t1)
-        if act.seq == 0:
-            act.stream.timing.ttfa_ms = (t1 - act.stream.started_at) * 1000
-        act.seq += 1
-        act.samples += len(pcm)
-        act.emits.append(t1)
-        act.durations.append(chunk.duration_s)
-        act.stream._put(chunk)
-        if chunk.seq == 0 and self._handoff_s > 0:
-            self._handoffs.append(act.stream)
-
-    def _finish(self, act: Active, reason: str | None = None) -> None:
-        """End the request once its chunks are out: queued behind them on the decode stage."""
-        self._decode.run(lambda: self._complete(act, reason), act.fail)
-
-    def _complete(self, act: Active, reason: str | None) -> None:
-        self._last_active = time.monotonic()  # the idle clock starts when the last stream ends
-        if act.failed:
-            return
-        finish = getattr(act.decoder, "finish", None)
-        if finish is not None and reason is None and not act.stream.cancelled:
-            self._decode_and_deliver(act, finish)
-        fill_final_timing(act, self.sample_rate, reason, self.keep_codes)
-        act.stream._end()
-
-    def _finish_cancelled(self, stream: SynthesisStream, act: Active | None = None) -> None:
-        if act is not None:
-            self._finish(act, reason="cancelled")
-        else:
-            stream.timing.finish_reason = "cancelled"
-            stream._end()
+    def use_decode_thread(self, threaded: bool) -> None:
+        """Decode chunks after a stream's first on the decode thread or not (only while no stream runs:
+        its jobs would be split)."""
+        self._scheduler.use_decode_thread(threaded)

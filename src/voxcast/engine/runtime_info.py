@@ -8,17 +8,32 @@ those choices and the measurements behind them next to the figures they explain.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from voxcast.engine.engine import Engine
+from voxcast.engine.precision import Precision
+from voxcast.models.base import TTSModel
 
-__all__ = ["runtime_choices"]
+__all__ = ["RuntimeFacts", "runtime_choices"]
 
 
-def runtime_choices(engine: Engine) -> dict[str, Any]:
+class RuntimeFacts(Protocol):
+    """What :func:`runtime_choices` reads of an engine (:class:`~voxcast.engine.engine.Engine`)."""
+
+    precision: Precision | None
+    decode_calibration: dict[str, Any] | None
+    warmup_parts: dict[str, float]
+    heap_trim: dict[str, float] | None
+
+    @property
+    def model(self) -> TTSModel: ...
+
+    @property
+    def decode_threaded(self) -> bool: ...
+
+
+def runtime_choices(engine: RuntimeFacts) -> dict[str, Any]:
     """The engine's hardware-dependent choices (JSON-able; absent parts are None)."""
     precision = engine.precision
     return {

@@ -1,9 +1,16 @@
-"""The protocol a model family implements for the engine, and the options it is loaded with.
+"""The contract of a model family: the protocol the engine drives, its options, and the family record.
 
-The engine (:mod:`voxcast.engine`) drives a model only through these types: it never imports a
-concrete model package. A family registers a loader in :mod:`voxcast.models.registry`, which picks
-the family from the checkpoint. One loaded model is driven from one thread (the engine's scheduler);
-voices may be built on other threads.
+The engine (:mod:`voxcast.engine`) and the service drive a model only through these types: they never
+import a concrete model package. A family is one module defining ``FAMILY =``
+:class:`ModelFamily` (its loader, its own settings, its test checkpoints), listed in
+:mod:`voxcast.models.registry`, which picks the family from the checkpoint. One loaded model is
+driven from one thread (the engine's scheduler); voices may be built on other threads.
+
+Required: :class:`TTSModel`, whose generators follow :class:`FrameGenerator` and decoders
+:class:`StreamingDecoder`. Optional capabilities, each a protocol of its own, are read once when the
+model is loaded (:func:`capabilities`), never looked up per call: :class:`RendersSettings`,
+:class:`HintsDecodeThread`, :class:`HoldsAudioBack` (decoders with look-ahead,
+:class:`LookaheadDecoder`) and :class:`ExplainsCloning`.
 
 The frame loop, per request::
 
@@ -13,7 +20,7 @@ The frame loop, per request::
     gen.prefill()                       # or gen.prefill_part(n) until it returns True
     while (codes := model.step_many([gen])[0]) is not None:
         pcm = dec.decode(codes[None])   # float32 [frames * samples_per_frame] (or less: look-ahead)
-    pcm = dec.finish()                  # where the decoder has it: the audio still held back
+    pcm = dec.finish()                  # HoldsAudioBack models: the audio still held back
 
 Text that arrives in pieces (an LLM's tokens), where the model can take it as it comes::
 
@@ -25,22 +32,36 @@ Text that arrives in pieces (an LLM's tokens), where the model can take it as it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from voxcast.models.family import ModelFamily, Setting, TestCheckpoints, int_in, on_off_auto
+
 __all__ = [
+    "Capabilities",
+    "ExplainsCloning",
     "FrameGenerator",
+    "HintsDecodeThread",
+    "HoldsAudioBack",
     "LoadOptions",
+    "LookaheadDecoder",
+    "ModelFamily",
     "OpenPrompt",
+    "RendersSettings",
     "SamplingParams",
+    "Setting",
     "StreamingDecoder",
     "TTSModel",
+    "TestCheckpoints",
     "WarmupCase",
+    "capabilities",
+    "int_in",
+    "on_off_auto",
 ]
 
 
@@ -59,7 +80,7 @@ class SamplingParams(BaseModel):
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load a checkpoint: what every family understands plus family-specific knobs.
+    """How to load a checkpoint: what every family understands plus the family's own settings.
 
     Attributes:
         device: "cpu", "cuda", "cuda:1"...
@@ -69,10 +90,9 @@ class LoadOptions:
         prefix_cache: cache each voice's constant prompt prefix (keys/values).
         compile: compiled static decode steps (not bit-exact).
         trace_steps: replay recorded decode steps (bitwise the same outputs).
-        kernels: CPU kernel choices by name ("int8_kernel", "fused_ops", "f32_rows"): True (on),
-            False (off) or None (where it measures faster at load).
-        settings: family-specific integer settings by name (Chatterbox Turbo's ``turbo_*``
-            streaming windows); a family reads its own and ignores the others.
+        settings: the family's own settings by name (its :attr:`ModelFamily.settings`): as given
+            to the engine; the registry hands the family's loader only its own, checked, with the
+            defaults filled (:meth:`ModelFamily.resolve`).
     """
 
     device: str = "cpu"
@@ -82,16 +102,11 @@ class LoadOptions:
     prefix_cache: bool = True
     compile: bool = False
     trace_steps: bool = False
-    kernels: tuple[tuple[str, bool | None], ...] = ()
-    settings: tuple[tuple[str, int], ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()
 
-    def kernel(self, name: str) -> bool | None:
-        """The choice for kernel ``name`` (None: decide by measuring)."""
-        return dict(self.kernels).get(name)
-
-    def setting(self, name: str, default: int) -> int:
-        """Family-specific setting ``name``, else ``default``."""
-        return int(dict(self.settings).get(name, default))
+    def setting(self, name: str, default: Any = None) -> Any:
+        """The family's setting ``name``, else ``default``."""
+        return dict(self.settings).get(name, default)
 
 
 @dataclass(frozen=True)
@@ -168,13 +183,24 @@ class FrameGenerator(Protocol):
 class StreamingDecoder(Protocol):
     """Codes -> audio, chunk by chunk; the concatenation equals a one-pass decode.
 
-    A decoder that needs look-ahead may return no audio for a chunk (it is held until later frames
-    arrive) and may have a ``finish() -> np.ndarray`` method, which the engine calls once after the
-    last frame of a stream that ended normally, for the audio still held, and a ``flush() ->
-    np.ndarray`` method, which it calls while a stream waits for its next sentence.
+    ``codes``: ``[T, ...]`` frames as the generator's steps returned them; the audio is float32 at
+    the model's sample rate, ``T * samples_per_frame`` samples (less for a :class:`LookaheadDecoder`).
     """
 
     def decode(self, codes: torch.Tensor) -> np.ndarray: ...
+
+
+class LookaheadDecoder(StreamingDecoder, Protocol):
+    """A decoder that holds audio back until later frames arrive (the decoders of a
+    :class:`HoldsAudioBack` model): :meth:`decode` may return no audio for a chunk.
+
+    ``finish()``: the audio still held, called once after the last frame of a stream that ended
+    normally. ``flush()``: the audio held so far, called while a stream waits for its next sentence.
+    """
+
+    def flush(self) -> np.ndarray: ...
+
+    def finish(self) -> np.ndarray: ...
 
 
 class TTSModel(Protocol):
@@ -249,3 +275,71 @@ class TTSModel(Protocol):
     def new_decoder(self, voice: Any = None, seed: int | None = None) -> StreamingDecoder: ...
 
     def runtime_report(self) -> dict[str, Any]: ...
+
+
+# -- optional capabilities (read once at load by capabilities()) ----------------------------------
+@runtime_checkable
+class RendersSettings(Protocol):
+    """A model whose output depends on more than its checkpoint (its settings, a built-in voice):
+    ``render_settings()`` is part of the audio cache key (JSON-able)."""
+
+    def render_settings(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class HintsDecodeThread(Protocol):
+    """A model that knows whether its audio decoding should overlap generation (``decode_thread=auto``):
+    True/False instead of the warm-up's measurement, None to measure."""
+
+    @property
+    def decode_thread_hint(self) -> bool | None: ...
+
+
+@runtime_checkable
+class HoldsAudioBack(Protocol):
+    """A model whose decoders are :class:`LookaheadDecoder` s (``decoder_holds_audio`` True)."""
+
+    @property
+    def decoder_holds_audio(self) -> bool: ...
+
+
+@runtime_checkable
+class ExplainsCloning(Protocol):
+    """A model that says why it builds no voices from reference audio (the refusal's message; read
+    only where ``clones_voices`` is False)."""
+
+    @property
+    def cloning_refusal(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional capabilities of a loaded model, read once (:func:`capabilities`).
+
+    Attributes:
+        render_settings: :class:`RendersSettings` (empty where not).
+        decode_thread_hint: :class:`HintsDecodeThread` (None: measure).
+        decoder_holds_audio: :class:`HoldsAudioBack`: its decoders have ``flush`` and ``finish``.
+        cloning_refusal: None where the model clones voices, else the message that refuses it.
+    """
+
+    render_settings: Mapping[str, Any] = field(default_factory=dict)
+    decode_thread_hint: bool | None = None
+    decoder_holds_audio: bool = False
+    cloning_refusal: str | None = None
+
+
+def capabilities(model: TTSModel) -> Capabilities:
+    """What of the optional contract ``model`` implements (call once, at load)."""
+    if model.clones_voices:
+        refusal = None
+    elif isinstance(model, ExplainsCloning):
+        refusal = str(model.cloning_refusal)
+    else:
+        refusal = f"voice cloning is not supported by this model ({model.model_type})"
+    return Capabilities(
+        render_settings=dict(model.render_settings()) if isinstance(model, RendersSettings) else {},
+        decode_thread_hint=model.decode_thread_hint if isinstance(model, HintsDecodeThread) else None,
+        decoder_holds_audio=isinstance(model, HoldsAudioBack) and bool(model.decoder_holds_audio),
+        cloning_refusal=refusal,
+    )

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-__all__ = ["TAGS", "make_checkpoint", "make_conds", "make_tokenizer"]
+__all__ = ["TAGS", "make_checkpoint", "make_conds", "make_test_checkpoint", "make_tokenizer"]
 
 #: Paralinguistic tags the Turbo tokenizer holds as added tokens (public model card).
 TAGS = (
@@ -126,3 +126,23 @@ def make_checkpoint(out: str | Path, size: str = "tiny", seed: int = 0, conds: b
     if conds:
         make_conds(folder / "conds.pt", seed=seed + 6)
     return folder
+
+
+def make_test_checkpoint(
+    out: str | Path, kind: str, size: str = "tiny", seed: int = 0, *, ends_speech: bool = False
+) -> Path:
+    """The family's test-checkpoint builder (``TestCheckpoints.builder``): :func:`make_checkpoint`
+    with a built-in voice, into ``out`` (which must not exist or be empty). ``kind`` is the family's
+    one kind; its sampled speech always ends (``ends_speech`` changes nothing).
+
+    Raises:
+        ValueError: an unknown size, or ``out`` is not an empty folder.
+    """
+    from voxcast.testing.chatterbox_turbo import SIZES
+
+    if size not in SIZES:
+        raise ValueError(f"--size {size} is not a Chatterbox Turbo size ({', '.join(SIZES)})")
+    folder = Path(out)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder} exists and is not an empty folder")
+    return make_checkpoint(folder, size, seed=seed)

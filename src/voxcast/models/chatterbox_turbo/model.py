@@ -101,6 +101,8 @@ class ChatterboxTurbo:
     sample_rate = 24000
     samples_per_frame = 960
     clones_voices = True
+    #: Its decoders hold audio back for look-ahead (:class:`~voxcast.models.base.HoldsAudioBack`).
+    decoder_holds_audio = True
 
     def __init__(
         self,

@@ -88,14 +88,19 @@ class StreamSettings:
         ``turbo_left_tokens``, ``turbo_right_tokens``, ``turbo_prompt_tokens``: ``VOXCAST_TURBO_*``),
         the defaults for the rest; the chunk is at least the first chunk."""
         d = cls()
-        first = options.setting("turbo_first_tokens", d.first)
+
+        def get(name: str, default: int) -> int:
+            value = options.setting(name)
+            return default if value is None else int(value)
+
+        first = get("turbo_first_tokens", d.first)
         return cls(
             first=first,
-            chunk=max(first, options.setting("turbo_chunk_tokens", d.chunk)),
-            left=options.setting("turbo_left_tokens", d.left),
-            right=options.setting("turbo_right_tokens", d.right),
-            prompt_tokens=options.setting("turbo_prompt_tokens", d.prompt_tokens),
-            prompt_cache=int(bool(options.setting("turbo_prompt_cache", d.prompt_cache))),
+            chunk=max(first, get("turbo_chunk_tokens", d.chunk)),
+            left=get("turbo_left_tokens", d.left),
+            right=get("turbo_right_tokens", d.right),
+            prompt_tokens=get("turbo_prompt_tokens", d.prompt_tokens),
+            prompt_cache=int(bool(get("turbo_prompt_cache", d.prompt_cache))),
         )
 
     def trim_prompt(self, prompt_tokens: Tensor, prompt_mel: Tensor) -> tuple[Tensor, Tensor]:

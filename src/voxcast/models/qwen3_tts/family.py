@@ -1,17 +1,24 @@
-"""Qwen3-TTS as a model family of :mod:`voxcast.models.registry`."""
+"""Qwen3-TTS as a model family of :mod:`voxcast.models.registry`: its loader, its CPU kernel
+settings (``VOXCAST_INT8_KERNEL``, ``VOXCAST_FUSED_OPS``, ``VOXCAST_F32_ROWS``) and its test
+checkpoints. Imports the model only when a checkpoint is loaded."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from voxcast.models.base import LoadOptions, TTSModel
-from voxcast.models.qwen3_tts.model import Qwen3TTS
+from voxcast.models.family import ModelFamily, Setting, TestCheckpoints, on_off_auto
 
-__all__ = ["load"]
+if TYPE_CHECKING:
+    from voxcast.models.base import LoadOptions, TTSModel
+
+__all__ = ["FAMILY", "load"]
 
 
 def load(root: Path, options: LoadOptions) -> TTSModel:
     """Load the Qwen3-TTS checkpoint in ``root`` with ``options``."""
+    from voxcast.models.qwen3_tts.model import Qwen3TTS
+
     return Qwen3TTS.from_pretrained(
         str(root),
         device=options.device,
@@ -21,7 +28,53 @@ def load(root: Path, options: LoadOptions) -> TTSModel:
         prefix_cache=options.prefix_cache,
         compile=options.compile,
         trace_steps=options.trace_steps,
-        int8_kernel=options.kernel("int8_kernel"),
-        fused_ops=options.kernel("fused_ops"),
-        f32_rows=options.kernel("f32_rows"),
+        int8_kernel=options.setting("int8_kernel"),
+        fused_ops=options.setting("fused_ops"),
+        f32_rows=options.setting("f32_rows"),
     )
+
+
+SETTINGS = (
+    Setting(
+        "int8_kernel",
+        "VOXCAST_INT8_KERNEL",
+        on_off_auto,
+        doc="with int8 weights, decode rows on voxcast's own kernel: auto (where it builds and "
+        "measures faster than fbgemm at load), on (where it builds) or off",
+    ),
+    Setting(
+        "fused_ops",
+        "VOXCAST_FUSED_OPS",
+        on_off_auto,
+        doc="float32 RMSNorms, q/k norm + rotary embeddings, decode-step attention and the voice "
+        "build's encoders as C++ operations: auto (with int8 weights, where the library builds), on "
+        "(float32 weights too; not bit-exact) or off; off with compile",
+    ),
+    Setting(
+        "f32_rows",
+        "VOXCAST_F32_ROWS",
+        on_off_auto,
+        doc="float32 weights on the CPU: decode rows on voxcast's kernels (bitwise F.linear, checked "
+        "at load): auto (where the BLAS's bits match and each measures faster), on (where they match) "
+        "or off",
+    ),
+)
+
+FAMILY = ModelFamily(
+    name="qwen3_tts",
+    load=load,
+    settings=SETTINGS,
+    test_checkpoints=TestCheckpoints(
+        kinds=("base", "custom_voice", "voice_design"),
+        sizes=("tiny", "tiny-1.7b", "0.6b", "1.7b"),
+        builder="voxcast.testing.qwen3_tts:make_test_model",
+        sources=(
+            "voxcast.testing.qwen3_tts",
+            "voxcast.testing.qwen3_tts_parts",
+            "voxcast.models.qwen3_tts.checkpoint",
+            "voxcast.models.qwen3_tts.codec_encoder",
+            "voxcast.models.qwen3_tts.codec_decoder",
+            "voxcast.models.qwen3_tts.speaker_encoder",
+        ),
+    ),
+)

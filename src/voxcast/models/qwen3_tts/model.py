@@ -109,7 +109,16 @@ class Qwen3TTS:
         self.device = device
         self.dtype = dtype
         #: What :func:`~voxcast.models.qwen3_tts.accel.apply.apply` chose, and why.
-        self.accel = apply_accel(self, accel or AccelConfig(), int8_store)
+        self.accel = apply_accel(
+            self.talker,
+            accel or AccelConfig(),
+            identity=identity,
+            device=device,
+            dtype=dtype,
+            codec_encoder=codec_encoder,
+            speaker_encoder=net.speaker_encoder,
+            stored=int8_store,
+        )
         self.quant = self.accel.quant
         self.compile_enabled = self.accel.compile
         self.model_type = config.tts_model_type
@@ -281,6 +290,11 @@ class Qwen3TTS:
     def clones_voices(self) -> bool:
         """Whether voices can be built from reference audio (Base models)."""
         return self.model_type == "base" and self.codec_encoder is not None
+
+    @property
+    def cloning_refusal(self) -> str:
+        """Why it builds no voices (:class:`~voxcast.models.base.ExplainsCloning`)."""
+        return f"voice cloning needs a Base model; this one is {self.model_type}"
 
     def make_voice(
         self, audio: np.ndarray, sample_rate: int, ref_text: str | None, x_vector_only: bool

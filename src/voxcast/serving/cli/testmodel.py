@@ -6,42 +6,58 @@ shapes ``0.6b`` / ``1.7b`` (bf16, GBs). Chatterbox Turbo (``--kind chatterbox_tu
 or ``full`` (the published sizes, ~3 GB), with a built-in voice (``conds.pt``) and a stop bias so that
 sampled speech ends. Every CLI option has an environment variable (``VOXCAST_TESTMODEL_KIND``,
 ``..._SIZE``, ``..._OUT``, ``..._SEED``).
+
+The kinds, sizes and builders are those the model families register
+(:attr:`voxcast.models.family.ModelFamily.test_checkpoints`), so a family added to the registry (or
+named in ``VOXCAST_FAMILIES``) is built here too.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["KINDS", "SIZES", "add_parser", "add_parsers", "run"]
+from voxcast.models import registry
 
-# Spelled out here so that building the parser imports no torch (``voxcast --help`` stays fast);
-# tests/integration/test_model_cli.py checks they equal voxcast.testing.qwen3_tts's.
-KINDS = ("base", "custom_voice", "voice_design")
-SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
-TURBO = "chatterbox_turbo"
-TURBO_SIZES = ("tiny", "full")
+if TYPE_CHECKING:
+    from voxcast.models.base import ModelFamily, TestCheckpoints
+
+__all__ = ["add_parser", "add_parsers", "builders", "run"]
+
+
+def builders() -> dict[str, tuple[ModelFamily, TestCheckpoints]]:
+    """``--kind`` -> the family that builds it and how (family descriptors only: no torch)."""
+    registry.register_from_env(os.environ)
+    return {
+        kind: (f, f.test_checkpoints)
+        for f in registry.families()
+        if f.test_checkpoints is not None
+        for kind in f.test_checkpoints.kinds
+    }
 
 
 def add_parser(sub: Any) -> None:
     """Register ``make-test-model`` on an ``argparse`` subparsers object."""
     env = os.environ
+    kinds = builders()
+    sizes = "; ".join(f"{k}: {', '.join(tc.sizes)}" for k, (_, tc) in kinds.items())
     p = sub.add_parser("make-test-model", help="write a random-weight checkpoint (official layout)")
     p.add_argument(
         "--kind",
-        choices=(*KINDS, TURBO),
+        choices=tuple(kinds),
         default=env.get("VOXCAST_TESTMODEL_KIND", "custom_voice"),
         help="model type (env VOXCAST_TESTMODEL_KIND; default custom_voice)",
     )
     p.add_argument(
         "--size",
-        choices=tuple(dict.fromkeys((*SIZES, *TURBO_SIZES))),
+        choices=tuple(dict.fromkeys(size for _, tc in kinds.values() for size in tc.sizes)),
         default=env.get("VOXCAST_TESTMODEL_SIZE", "tiny"),
-        help="Qwen3-TTS: tiny, tiny-1.7b, 0.6b or 1.7b; Chatterbox Turbo: tiny or full "
-        "(env VOXCAST_TESTMODEL_SIZE; default tiny)",
+        help=f"per kind: {sizes} (env VOXCAST_TESTMODEL_SIZE; default tiny)",
     )
     p.add_argument(
         "--out",
@@ -70,18 +86,9 @@ add_parsers = add_parser
 
 def run(args: argparse.Namespace) -> int:
     """Build the checkpoint; prints its path. Returns the exit code."""
-    from pathlib import Path
-
     t0 = time.perf_counter()
     try:
-        if args.kind == TURBO:
-            out = _make_turbo(Path(args.out), args.size, args.seed)
-        else:
-            from voxcast.testing.qwen3_tts import make_test_model
-
-            out = make_test_model(
-                args.out, args.kind, args.size, seed=args.seed, ends_speech=args.ends_speech
-            )
+        out = build(Path(args.out), args.kind, args.size, args.seed, ends_speech=args.ends_speech)
     except ValueError as e:
         print(f"make-test-model: {e}", file=sys.stderr)
         return 2
@@ -89,11 +96,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_turbo(out: Any, size: str, seed: int) -> Any:
-    if size not in TURBO_SIZES:
-        raise ValueError(f"--size {size} is not a Chatterbox Turbo size ({', '.join(TURBO_SIZES)})")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out} exists and is not an empty folder")
-    from voxcast.testing.chatterbox_turbo_layout import make_checkpoint
+def build(out: Path, kind: str, size: str, seed: int = 0, *, ends_speech: bool = False) -> Path:
+    """Write a random-weight checkpoint of ``kind`` and ``size`` with its family's builder.
 
-    return make_checkpoint(out, size, seed=seed)
+    Raises:
+        ValueError: an unknown kind, a size its family does not build, or ``out`` not empty.
+    """
+    kinds = builders()
+    if kind not in kinds:
+        raise ValueError(f"--kind {kind} is no family's test checkpoint ({', '.join(kinds)})")
+    family, tc = kinds[kind]
+    if size not in tc.sizes:
+        raise ValueError(f"--size {size} is not a {family.name} size ({', '.join(tc.sizes)})")
+    module, _, name = tc.builder.partition(":")
+    make = getattr(importlib.import_module(module), name)
+    return Path(make(out, kind, size, seed=seed, ends_speech=ends_speech))

@@ -109,13 +109,8 @@ def voice_routes(get_service: Callable[[], Service], max_body_bytes: int) -> API
     @router.post("/audio/voices", status_code=201)
     async def register(request: Request) -> JSONResponse:
         service = get_service()
-        if not service.engine.clones_voices:
-            raise HttpError(
-                400,
-                f"voice cloning needs a Base model; this one is {service.engine.model_type}",
-                code="invalid_request",
-                field="audio",
-            )
+        if service.engine.cloning_refusal is not None:
+            raise HttpError(400, service.engine.cloning_refusal, code="invalid_request", field="audio")
         audio, ref_text, x_vector_only = await _upload(request, max_body_bytes)
         if not audio:
             raise HttpError(400, "the reference audio is empty", code="invalid_request", field="audio")

@@ -30,7 +30,8 @@ from voxcast.models.qwen3_tts.talker import MLP
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
-    from voxcast.models.qwen3_tts.model import Qwen3TTS
+    from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder
+    from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder
     from voxcast.models.qwen3_tts.talker import Talker
 
 __all__ = ["AccelConfig", "AccelReport", "apply"]
@@ -107,12 +108,27 @@ def _small(talker: Talker) -> bool:
     return sum(p.numel() * p.element_size() for p in talker.parameters()) < NATIVE_MIN_BYTES
 
 
-def apply(model: Qwen3TTS, cfg: AccelConfig, stored: StoredInt8 | None = None) -> AccelReport:
-    """Apply ``cfg`` to ``model`` (its talker, code predictor and voice-build encoders) once, at load.
+def apply(
+    talker: Talker,
+    cfg: AccelConfig,
+    *,
+    identity: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    codec_encoder: CodecEncoder | None = None,
+    speaker_encoder: SpeakerEncoder | None = None,
+    stored: StoredInt8 | None = None,
+) -> AccelReport:
+    """Apply ``cfg`` to a loaded model's parts once, at load: its ``talker`` (and code predictor) and
+    the voice build's encoders (where it has them).
 
-    ``stored``: the checkpoint's int8 weights read from the int8 store (:mod:`.int8_store`), used instead
-    of quantizing with ``quant=int8``; without them the quantized weights are stored for next time."""
-    talker = model.talker
+    Args:
+        identity: the checkpoint's identity (the int8 store's key).
+        device, dtype: where and in which dtype the talker runs.
+        stored: the checkpoint's int8 weights read from the int8 store (:mod:`.int8_store`), used
+            instead of quantizing with ``quant=int8``; without them the quantized weights are stored
+            for next time.
+    """
     report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
     if cfg.quant != "int8" and _small(talker):  # left to measurement: PyTorch's kernels, no build
         cfg = dataclasses.replace(
@@ -131,19 +147,14 @@ def apply(model: Qwen3TTS, cfg: AccelConfig, stored: StoredInt8 | None = None) -
         report.int8_store = "read" if stored is not None else None
         # quantized here, or read without the layout of the kernel chosen now: store (again) for next time
         if (stored is None or layouts_to_store(talker)) and int8_store.save(
-            model.identity, stored_tensors(talker), sources
+            identity, stored_tensors(talker), sources
         ):
             report.int8_store = "written"
     else:
         talker.fuse()  # one matmul for q/k/v and for gate/up (bitwise the same outputs)
-    report.fused_ops = _choose_fused_ops(talker, cfg, model.device, model.dtype)
+    report.fused_ops = _choose_fused_ops(talker, cfg, device, dtype)
     # The row choices concern float32 Linears on the CPU run eagerly or recorded.
-    if (
-        model.device.type == "cpu"
-        and model.dtype == torch.float32
-        and cfg.quant == "none"
-        and not cfg.compile
-    ):
+    if device.type == "cpu" and dtype == torch.float32 and cfg.quant == "none" and not cfg.compile:
         _choose_fp32_rows(talker, cfg, report)
     if cfg.compile:
         use_static_decode(talker)  # compiled on first use (the engine's warm-up)
@@ -151,10 +162,10 @@ def apply(model: Qwen3TTS, cfg: AccelConfig, stored: StoredInt8 | None = None) -
         use_traced_steps(talker.code_predictor)
         use_traced_step(talker)
     if report.fused_ops:  # the voice build's encoders too (not bit-exact either)
-        if model.codec_encoder is not None:
-            model.codec_encoder.use_fast_elu(True)
-        if model.net.speaker_encoder is not None:
-            model.net.speaker_encoder.use_gemm_convs(True)
+        if codec_encoder is not None:
+            codec_encoder.use_fast_elu(True)
+        if speaker_encoder is not None:
+            speaker_encoder.use_gemm_convs(True)
     return report
 
 
