@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA device, in one run (minutes): the gpu-marked tests, the serving benchmark
 # on the full-size 0.6B random checkpoint in bfloat16 (eager, then torch.compile + CUDA graphs), idle
-# unload on CUDA, and Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16). Logs and JSON go to $OUT (default bench-results/gpu).
+# unload on CUDA, Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16), and
+# prompt-library throughput with 1 and 16 prompts in flight (target: 16 in flight >= 8x sequential). Logs and JSON go to $OUT (default bench-results/gpu).
 #
 #     bash scripts/gpu_check.sh            # on a machine with CUDA and voxcast's dependencies
 set -u
@@ -9,7 +10,7 @@ OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" VOXCAST_CALIBRATION_DIR=off
 PY=${PY:-python3}
-STEPS=${STEPS:-tests eager unload compiled turbo}  # which of the five to run
+STEPS=${STEPS:-tests eager unload compiled turbo prerender}  # which of the six to run
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
@@ -25,3 +26,6 @@ has compiled && timeout "${COMPILED_S:-200}" $PY scripts/bench_serving.py --size
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread off --out "$OUT" 2>&1 | tee "$OUT/serving-compiled.log"
 has turbo && timeout "${TURBO_S:-300}" $PY scripts/bench_chatterbox_turbo.py --size full --device cuda --dtype bfloat16 \
     --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --out "$OUT/chatterbox-turbo-cuda.json" 2>&1 | tee "$OUT/turbo.log"
+has prerender && timeout "${PRERENDER_S:-240}" $PY scripts/bench_prerender_fanout.py --size 0.6b --device cuda \
+    --dtype bfloat16 --workers 0 --in-flight 1,16 --prompts "${LIB_PROMPTS:-64}" --frames 36 --out "$OUT" \
+    2>&1 | tee "$OUT/prerender-fanout.log"

@@ -19,11 +19,15 @@ of the model identity, the prompt's effective request incl. seed, the post-proce
 the watermark, if any)
 and every requested preset object exists (one listing of the library prefix). Editing a row's text,
 voice or sampling, or changing loudness/pad, re-renders that prompt; ``force`` re-renders everything
-(still hitting the audio cache). The manifest is rewritten every :data:`MANIFEST_EVERY` prompts and at
-the end, so a crashed job loses at most that much bookkeeping (the next run re-checks the objects).
+(still hitting the audio cache).
 
-Bad rows are reported (``errors``) and skipped; the other rows are rendered. One job per library at a
-time (the RQ job takes a Redis lock): two concurrent runs would race on ``manifest.json``.
+Bad rows are reported (``errors``) and skipped; the other rows are rendered. Several prompts are
+rendered at once (``in_flight``, at most the engine's ``max_active``: :mod:`~voxcast.prerender.render`)
+so the engine batches them; the files are the same as rendering one by one.
+
+:func:`prerender` renders a whole library in this process (planning: :mod:`~voxcast.prerender.plan`).
+On the queue a library is fanned out over every worker instead (chunk jobs and a final step that
+writes the manifest: :mod:`voxcast.serving.rq.library`), one run per library at a time.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ MANIFEST_SCHEMA = 2
 per preset file, quality gate; libraries of schema 1 are rendered again)."""
 
 MANIFEST_EVERY = 25
-"""Rendered prompts between two intermediate manifest writes."""
+"""Rendered prompts between two intermediate manifest writes of an in-process run (:func:`prerender`;
+a fanned-out run commits every prompt to Redis as it is stored and writes the manifest once)."""
 
 _PAYLOAD_FIELDS = {
     "library", "manifest", "manifest_key", "manifest_format", "presets", "loudness_lufs",
