@@ -332,7 +332,7 @@ def finish_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
     record = PlanRecord.from_json(raw[b"record"])
     chunks: list[list[str]] = json.loads(raw[b"chunks"])
     outcomes = {
-        k.decode(): Outcome.from_dict(json.loads(v))
+        _text(k): Outcome.from_dict(json.loads(v))
         for k, v in ctx.redis.hgetall(_key(lib, "outcomes")).items()
     }
     cancelled = bool(ctx.redis.exists(cancel_key(lib)))
@@ -381,7 +381,11 @@ def _lost(
 
 
 def _counts(client: redis.Redis, lib: str) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in client.hgetall(_key(lib, "counts")).items()}
+    return {_text(k): int(v) for k, v in client.hgetall(_key(lib, "counts")).items()}
+
+
+def _text(k: bytes | str) -> str:
+    return k.decode() if isinstance(k, bytes) else k
 
 
 def library_progress(client: redis.Redis, library_job: str) -> dict[str, Any] | None:
