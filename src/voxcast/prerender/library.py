@@ -39,20 +39,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from voxcast.audio.stretch import METHOD as STRETCH_METHOD
 from voxcast.errors import InvalidRequest, StorageError
 from voxcast.prerender.gate import GateSettings
-from voxcast.prerender.manifest import NAME_RE, Manifest, Prompt, parse_manifest
+from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
+from voxcast.prerender.manifest import Manifest, parse_manifest
 from voxcast.prerender.plan import assemble, plan_library
 from voxcast.prerender.presets import (
     DEFAULT_LOUDNESS_LUFS,
     DEFAULT_PRESETS,
     PRESETS,
     PostProcess,
-    Preset,
 )
 from voxcast.prerender.render import COUNTS, Outcome, PromptRenderer, render_prompts
-from voxcast.storage.keys import canonical_json, sha256_hex, validate_key
+from voxcast.storage.keys import validate_key
 
 if TYPE_CHECKING:
     from voxcast.service import Service
@@ -62,16 +61,14 @@ __all__ = [
     "PrerenderJob",
     "in_flight_for",
     "library_prefix",
+    "object_key",
     "prerender",
     "read_manifest",
+    "render_hash",
     "renderer_for",
 ]
 
 log = logging.getLogger(__name__)
-
-MANIFEST_SCHEMA = 2
-"""Version of the output manifest layout and of the render-hash recipe (2: loudness set and measured
-per preset file, quality gate; libraries of schema 1 are rendered again)."""
 
 MANIFEST_EVERY = 25
 """Rendered prompts between two intermediate manifest writes of an in-process run (:func:`prerender`;
@@ -85,13 +82,6 @@ _PAYLOAD_FIELDS = {
 
 MAX_IN_FLIGHT = 64
 """Upper bound of a job's ``in_flight`` (the engine's ``max_active`` bounds it again)."""
-
-
-def library_prefix(library: str) -> str:
-    """``libraries/<library>/`` (validated)."""
-    if not isinstance(library, str) or not NAME_RE.match(library):
-        raise InvalidRequest(f"library name must match {NAME_RE.pattern}", field="library")
-    return f"libraries/{library}/"
 
 
 @dataclass(frozen=True)
@@ -242,29 +232,6 @@ def _post(payload: Mapping[str, Any]) -> PostProcess:
     if post.highpass_hz is not None and not 10.0 <= post.highpass_hz <= 300.0:
         raise InvalidRequest("highpass_hz must be between 10 and 300 (or null: off)", field="highpass_hz")
     return post
-
-
-def render_hash(
-    model_identity: str, prompt: Prompt, post: PostProcess, gate: GateSettings, watermark: str | None = None
-) -> str:
-    """Identity of one prompt's rendering (see the module docstring); ``watermark``: the one put
-    on the files, if any."""
-    recipe: dict[str, Any] = {
-        "schema": MANIFEST_SCHEMA,
-        "model": model_identity,
-        "prompt": prompt.fields,
-        "post": post.to_dict(),
-        "gate": gate.to_dict(),
-    }
-    if watermark is not None:
-        recipe["watermark"] = watermark
-    if prompt.request.speed != 1.0:
-        recipe["stretch"] = STRETCH_METHOD
-    return sha256_hex(canonical_json(recipe))
-
-
-def object_key(prefix: str, preset: Preset, prompt_id: str) -> str:
-    return validate_key(f"{prefix}{preset.name}/{prompt_id}.{preset.extension}")
 
 
 def in_flight_for(service: Service, spec: PrerenderJob) -> int:

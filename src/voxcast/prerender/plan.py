@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
 from voxcast.prerender.manifest import Manifest, Prompt
 from voxcast.prerender.presets import PRESETS, Preset
 from voxcast.prerender.render import COUNTS, Outcome, Work
@@ -106,8 +107,6 @@ def load_previous(store: BlobStore, manifest_key: str, library: str) -> dict[str
 
 def work_for(service: Service, spec: PrerenderJob, prompts: Iterable[Prompt]) -> list[Work]:
     """Each prompt with its render hash (this worker's model) and object keys."""
-    from voxcast.prerender.library import library_prefix, object_key, render_hash
-
     prefix, model = library_prefix(spec.library), str(service.engine.identity)
     watermark = service.watermarker.identity if service.watermarker is not None else None
     presets = [PRESETS[n] for n in spec.presets]
@@ -123,8 +122,6 @@ def work_for(service: Service, spec: PrerenderJob, prompts: Iterable[Prompt]) ->
 
 def plan_library(service: Service, spec: PrerenderJob, manifest: Manifest) -> tuple[PlanRecord, list[Work]]:
     """Decide what to render (see the module docstring): the record and the work, in manifest order."""
-    from voxcast.prerender.library import library_prefix
-
     prefix = library_prefix(spec.library)
     manifest_key = validate_key(prefix + "manifest.json")
     previous = load_previous(service.store, manifest_key, spec.library)
@@ -243,8 +240,6 @@ def assemble(
 def _write_manifest(
     store: BlobStore, record: PlanRecord, entries: Mapping[str, Any], errors: list[dict[str, Any]]
 ) -> None:
-    from voxcast.prerender.library import MANIFEST_SCHEMA
-
     presets: list[Preset] = [PRESETS[n] for n in record.presets]
     doc = {
         "schema": MANIFEST_SCHEMA,

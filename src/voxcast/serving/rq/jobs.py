@@ -37,6 +37,8 @@ from voxcast.engine.request import SynthesisRequest, parse_request, request_id_f
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
 from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
 from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.library import LibraryBusy
+from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
 
 if TYPE_CHECKING:
@@ -68,8 +70,6 @@ log = logging.getLogger(__name__)
 SYNTHESIZE = "voxcast.serving.rq.jobs.synthesize"
 REGISTER_VOICE = "voxcast.serving.rq.jobs.register_voice"
 PRERENDER = "voxcast.serving.rq.jobs.prerender_library"
-PRERENDER_CHUNK = "voxcast.serving.rq.jobs.prerender_chunk"
-PRERENDER_FINISH = "voxcast.serving.rq.jobs.prerender_finish"
 ON_FAILURE = "voxcast.serving.rq.jobs.on_failure"
 
 ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER, PRERENDER_CHUNK, PRERENDER_FINISH})
@@ -77,13 +77,6 @@ ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER, PRERENDER_
 
 ALLOWED_CALLBACKS = frozenset({ON_FAILURE})
 """Dotted names accepted as on_success/on_failure/on_stopped callbacks."""
-
-CANCEL_KEY_PREFIX = "voxcast:cancel:"
-
-
-def cancel_key(job_id: str) -> str:
-    """The Redis key whose existence asks job ``job_id`` to stop."""
-    return CANCEL_KEY_PREFIX + job_id
 
 
 @dataclass(frozen=True)
@@ -382,12 +375,6 @@ def _fetch_audio(ctx: JobContext, key: Any) -> bytes:
 
 
 # -- prerender_library ---------------------------------------------------------------------------
-class LibraryBusy(VoxcastError):
-    """Another prerender job holds the library (two runs would race on its manifest)."""
-
-    code = "library_busy"
-
-
 def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
     """Render a prompt library across every worker: plan it, then enqueue its chunk jobs and the final
     step (see :mod:`voxcast.serving.rq.library`). Its job id is the library's: progress, cancel and

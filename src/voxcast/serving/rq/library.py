@@ -42,22 +42,18 @@ from rq.serializers import JSONSerializer
 
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.serving.drain import WorkerShutdown
-from voxcast.serving.rq.jobs import (
-    PRERENDER_CHUNK,
-    PRERENDER_FINISH,
-    JobContext,
-    LibraryBusy,
-    cancel_key,
-)
+from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
 
 if TYPE_CHECKING:
     from voxcast.prerender.library import PrerenderJob
     from voxcast.prerender.plan import PlanRecord
     from voxcast.prerender.render import Outcome, Work
+    from voxcast.serving.rq.jobs import JobContext
 
 __all__ = [
     "CHUNK_RETRIES",
     "LIBRARY_LOCK_PREFIX",
+    "LibraryBusy",
     "LibraryLock",
     "chunk_job_id",
     "final_job_id",
@@ -99,6 +95,12 @@ def final_job_id(library_job: str) -> str:
 
 
 # -- the lock ------------------------------------------------------------------------------------------
+class LibraryBusy(VoxcastError):
+    """Another prerender job holds the library (two runs would race on its manifest)."""
+
+    code = "library_busy"
+
+
 class LibraryLock:
     """``voxcast:lock:library:<name>`` = the library job that holds it, for the whole run (plan,
     chunks, final step). A holder whose library job and final step have both ended or vanished (its
