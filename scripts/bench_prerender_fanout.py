@@ -4,7 +4,7 @@ A library of ``--prompts`` short IVR prompts (each cut at ``--frames`` frames: r
 speech by themselves; quality gate off) is rendered to two presets through the real queue path: a
 redis-server on a free port, ``python worker.py`` processes serving a CustomVoice checkpoint with
 random weights (``--size tiny`` or ``0.6b``, ``--quant int8``), the library job -> chunk jobs -> final
-step. Every configuration renders into a fresh store (no audio-cache hits). Workers split the CPU
+step. Every configuration renders other seeds (no audio-cache hits; ``cache_hits`` says so). Workers split the CPU
 cores between them (``VOXCAST_THREADS`` = cores / workers) and run with ``VOXCAST_MAX_ACTIVE`` = the
 largest in-flight count, so every configuration has the same engine; ``in_flight`` is the job's.
 
@@ -49,9 +49,13 @@ TEXTS = [
 PRESETS = ["mulaw8k", "wav24k"]
 
 
-def manifest(n: int, frames: int) -> str:
-    rows = [f"p{i:04d},{TEXTS[i % len(TEXTS)]},{('ryan', 'vivian')[i % 2]},{frames}" for i in range(n)]
-    return "id,text,voice,max_frames\n" + "\n".join(rows) + "\n"
+def manifest(n: int, frames: int, run: int) -> str:
+    """``n`` prompts; ``run`` shifts every seed, so no run is served from another's audio cache."""
+    rows = [
+        f'p{i:04d},"{TEXTS[i % len(TEXTS)]}",{("ryan", "vivian")[i % 2]},{frames},{run * 100_000 + i}'
+        for i in range(n)
+    ]
+    return "id,text,voice,max_frames,seed\n" + "\n".join(rows) + "\n"
 
 
 def env_for(
@@ -144,7 +148,7 @@ def run_queue(
             lib = f"w{workers}-f{k}"
             t0 = time.perf_counter()
             job = client.prerender(
-                manifest(args.prompts, args.frames), library=lib, manifest_format="csv", presets=PRESETS,
+                manifest(args.prompts, args.frames, workers * 100 + k), library=lib, manifest_format="csv", presets=PRESETS,
                 gate=False, in_flight=k, chunk_prompts=args.chunk,
             )  # fmt: skip
             summary = client.wait(job, timeout_s=args.timeout)
@@ -175,7 +179,7 @@ def run_inprocess(model: Path, tmp: Path, args: argparse.Namespace, flights: lis
     try:
         for k in flights:
             lib = f"inproc-f{k}"
-            payload = {"library": lib, "manifest": manifest(args.prompts, args.frames), "manifest_format": "csv",
+            payload = {"library": lib, "manifest": manifest(args.prompts, args.frames, k), "manifest_format": "csv",
                        "presets": PRESETS, "gate": False, "in_flight": k}  # fmt: skip
             t0 = time.perf_counter()
             summary = prerender(service, PrerenderJob.from_payload(payload))
