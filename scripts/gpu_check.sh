@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA device, in one run (minutes): the gpu-marked tests, the serving benchmark
+# The checks that need a CUDA device, in one run (at most 10 minutes: the steps' time limits add up to 600 s): the gpu-marked tests, the serving benchmark
 # on the full-size 0.6B random checkpoint in bfloat16 (eager, then torch.compile + CUDA graphs), idle
-# unload on CUDA, and Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16). Logs and JSON go to $OUT (default bench-results/gpu).
+# unload on CUDA, Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16), and
+# capacity under Poisson load (bench_load.py), and prompt-library throughput with 1 and 16 prompts in flight
+# (target: 16 in flight >= 8x sequential). Logs and JSON go to $OUT (default bench-results/gpu).
 #
 #     bash scripts/gpu_check.sh            # on a machine with CUDA and voxcast's dependencies
 set -u
@@ -9,22 +11,25 @@ OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" VOXCAST_CALIBRATION_DIR=off
 PY=${PY:-python3}
-STEPS=${STEPS:-tests eager unload compiled turbo load}  # which of the six to run
+STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which of the seven to run
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
-has tests && timeout "${TESTS_S:-200}" $PY -m pytest -q -p no:cacheprovider -m gpu \
+has tests && timeout "${TESTS_S:-100}" $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_engine_cuda.py tests/engine/test_engine_idle_unload.py tests/kernels/test_model_static_decode.py \
     tests/engine/test_engine_turbo_cuda.py \
     2>&1 | tee "$OUT/gpu-tests.log"
-has eager && timeout "${EAGER_S:-150}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \
+has eager && timeout "${EAGER_S:-80}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread both --out "$OUT" 2>&1 | tee "$OUT/serving-eager.log"
-has unload && timeout "${UNLOAD_S:-60}" $PY scripts/bench_unload.py --size 0.6b --device cuda --warmup --out "$OUT" \
+has unload && timeout "${UNLOAD_S:-40}" $PY scripts/bench_unload.py --size 0.6b --device cuda --warmup --out "$OUT" \
     2>&1 | tail -40 | tee "$OUT/unload.log"
-has compiled && timeout "${COMPILED_S:-200}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 --compile on \
+has compiled && timeout "${COMPILED_S:-120}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 --compile on \
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread off --out "$OUT" 2>&1 | tee "$OUT/serving-compiled.log"
-has turbo && timeout "${TURBO_S:-300}" $PY scripts/bench_chatterbox_turbo.py --size full --device cuda --dtype bfloat16 \
+has turbo && timeout "${TURBO_S:-100}" $PY scripts/bench_chatterbox_turbo.py --size full --device cuda --dtype bfloat16 \
     --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --out "$OUT/chatterbox-turbo-cuda.json" 2>&1 | tee "$OUT/turbo.log"
-# Capacity (issue 45): open-loop Poisson load through the real HTTP server, compiled, 0.6B bfloat16.
-has load && VOXCAST_COMPILE=on timeout "${LOAD_S:-180}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
-    --rates "${LOAD_RATES:-5,10,20,30}" --duration "${LOAD_DURATION_S:-10}" --max-active 32 --out "$OUT" 2>&1 | tee "$OUT/load.log"
+# Capacity (issue 45): open-loop Poisson load through the real HTTP server, 0.6B bfloat16 (LOAD_COMPILE=on: compiled).
+has load && VOXCAST_COMPILE=${LOAD_COMPILE:-off} timeout "${LOAD_S:-100}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
+    --rates "${LOAD_RATES:-5,10,20}" --duration "${LOAD_DURATION_S:-8}" --max-active 32 --out "$OUT" 2>&1 | tee "$OUT/load.log"
+has prerender && timeout "${PRERENDER_S:-60}" $PY scripts/bench_prerender_fanout.py --size 0.6b --device cuda \
+    --dtype bfloat16 --workers 0 --in-flight 1,16 --prompts "${LIB_PROMPTS:-32}" --frames 36 --out "$OUT" \
+    2>&1 | tee "$OUT/prerender-fanout.log"

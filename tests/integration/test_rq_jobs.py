@@ -431,13 +431,21 @@ def test_prerender_renders_good_rows_reports_bad_ones_and_reruns_render_nothing(
 def test_one_prerender_per_library_at_a_time(
     client: QueueClient, redis_client: redis.Redis, service: FakeService
 ) -> None:
-    redis_client.set("voxcast:lock:library:busy", b"other-job", ex=30)
+    # the lock names a library job that is still waiting: that run is in progress
+    holder = client.queue("vx-elsewhere").enqueue(SYNTHESIZE, {"text": "x"}, job_id="other-job")
+    redis_client.set("voxcast:lock:library:busy", b"other-job")
     job_id = client.prerender("id,text\na,Hi.\n", library="busy", manifest_format="csv", presets=["pcm8k"])
     run_worker(redis_client, service)
     with pytest.raises(JobFailed) as e:
         client.wait(job_id)
     assert e.value.error["code"] == "library_busy" and service.calls == 0
     assert redis_client.get("voxcast:lock:library:busy") == b"other-job"  # not released by the loser
+
+    holder.delete()  # a holder that ended or vanished (its worker died) is stale: the next run takes over
+    again = client.prerender("id,text\na,Hi.\n", library="busy", manifest_format="csv", presets=["pcm8k"])
+    run_worker(redis_client, service)
+    assert client.wait(again)["rendered"] == 1 and service.calls == 1
+    assert not redis_client.exists("voxcast:lock:library:busy")  # the final step released it
 
 
 def test_job_timeout_ends_the_stream_with_an_error(

@@ -166,3 +166,39 @@ def test_every_preset_encodes_a_readable_file(name: str) -> None:
         assert sf.info(io.BytesIO(data)).subtype == "ULAW"
     if name == "alaw8k":
         assert sf.info(io.BytesIO(data)).subtype == "ALAW"
+
+
+def test_a_prompt_survives_its_trip_through_a_chunk_payload() -> None:
+    from voxcast.prerender.manifest import prompt_from_row
+
+    m = parse_manifest(CSV, "library.csv")
+    g = parse_manifest("id,text,greedy,speed,max_frames\ng,Greedy.,true,1.5,40\n", "csv").prompts[0]
+    for p in [*m.prompts, g]:
+        back = prompt_from_row(json.loads(json.dumps(p.to_row())))
+        assert (back.id, back.row, back.fields) == (p.id, p.row, p.fields)
+        assert back.request == p.request
+
+
+def test_chunks_close_at_either_limit_and_keep_the_order() -> None:
+    from voxcast.prerender.plan import chunk_work
+    from voxcast.prerender.render import Work
+
+    texts = ["a" * 10, "b" * 10, "c" * 50, "d" * 10, "e" * 10, "f" * 10]
+    csv_text = "id,text\n" + "".join(f"p{i},{t}\n" for i, t in enumerate(texts))
+    work = [Work(p, "h", {}) for p in parse_manifest(csv_text, "csv").prompts]
+    chunks = chunk_work(work, max_prompts=3, max_chars=40)
+    assert [[w.prompt.id for w in c] for c in chunks] == [["p0", "p1"], ["p2"], ["p3", "p4", "p5"]]
+
+
+def test_job_in_flight_and_chunk_size_and_the_chunk_payload() -> None:
+    job = PrerenderJob.from_payload(
+        {"library": "a", "manifest": "x", "in_flight": 4, "chunk_prompts": 8, "loudness_lufs": None,
+         "gate": {"max_pause_ms": 900}, "defaults": {"voice": "ryan"}, "presets": ["mp3"]}
+    )  # fmt: skip
+    assert (job.in_flight, job.chunk_prompts) == (4, 8)
+    again = PrerenderJob.from_payload(json.loads(json.dumps(job.to_payload())))
+    assert again == PrerenderJob(**{**vars(job), "manifest": ""})
+    for bad in ({"in_flight": 0}, {"in_flight": 2.5}, {"chunk_prompts": True}, {"in_flight": 65}):
+        with pytest.raises(InvalidRequest) as e:
+            PrerenderJob.from_payload({"library": "a", "manifest": "x", **bad})
+        assert e.value.field == next(iter(bad))

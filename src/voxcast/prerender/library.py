@@ -19,71 +19,69 @@ of the model identity, the prompt's effective request incl. seed, the post-proce
 the watermark, if any)
 and every requested preset object exists (one listing of the library prefix). Editing a row's text,
 voice or sampling, or changing loudness/pad, re-renders that prompt; ``force`` re-renders everything
-(still hitting the audio cache). The manifest is rewritten every :data:`MANIFEST_EVERY` prompts and at
-the end, so a crashed job loses at most that much bookkeeping (the next run re-checks the objects).
+(still hitting the audio cache).
 
-Bad rows are reported (``errors``) and skipped; the other rows are rendered. One job per library at a
-time (the RQ job takes a Redis lock): two concurrent runs would race on ``manifest.json``.
+Bad rows are reported (``errors``) and skipped; the other rows are rendered. Several prompts are
+rendered at once (``in_flight``, at most the engine's ``max_active``: :mod:`~voxcast.prerender.render`)
+so the engine batches them; the files are the same as rendering one by one.
+
+:func:`prerender` renders a whole library in this process (planning: :mod:`~voxcast.prerender.plan`).
+On the queue a library is fanned out over every worker instead (chunk jobs and a final step that
+writes the manifest: :mod:`voxcast.serving.rq.library`), one run per library at a time.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from voxcast.audio.formats import NATIVE_SAMPLE_RATE
-from voxcast.audio.pcm import int16_to_float
-from voxcast.audio.stretch import METHOD as STRETCH_METHOD
 from voxcast.errors import InvalidRequest, StorageError
-from voxcast.prerender.gate import GateSettings, check_render
-from voxcast.prerender.levels import Leveled, encode_leveled
-from voxcast.prerender.manifest import NAME_RE, Manifest, Prompt, RowError, parse_manifest
+from voxcast.prerender.gate import GateSettings
+from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
+from voxcast.prerender.manifest import Manifest, parse_manifest
+from voxcast.prerender.plan import assemble, plan_library
 from voxcast.prerender.presets import (
     DEFAULT_LOUDNESS_LUFS,
     DEFAULT_PRESETS,
     PRESETS,
     PostProcess,
-    Preset,
-    postprocess,
 )
-from voxcast.storage.base import BlobNotFound
-from voxcast.storage.keys import canonical_json, sha256_hex, validate_key
-from voxcast.watermark import mark
+from voxcast.prerender.render import COUNTS, Outcome, PromptRenderer, render_prompts
+from voxcast.storage.keys import validate_key
 
 if TYPE_CHECKING:
-    from voxcast.engine.request import SynthesisRequest
     from voxcast.service import Service
 
-__all__ = ["MANIFEST_SCHEMA", "PrerenderJob", "library_prefix", "prerender"]
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "PrerenderJob",
+    "in_flight_for",
+    "library_prefix",
+    "object_key",
+    "prerender",
+    "read_manifest",
+    "render_hash",
+    "renderer_for",
+]
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = 2
-"""Version of the output manifest layout and of the render-hash recipe (2: loudness set and measured
-per preset file, quality gate; libraries of schema 1 are rendered again)."""
-
 MANIFEST_EVERY = 25
-"""Rendered prompts between two intermediate manifest writes."""
+"""Rendered prompts between two intermediate manifest writes of an in-process run (:func:`prerender`;
+a fanned-out run commits every prompt to Redis as it is stored and writes the manifest once)."""
 
 _PAYLOAD_FIELDS = {
     "library", "manifest", "manifest_key", "manifest_format", "presets", "loudness_lufs",
-    "peak_dbfs", "trim", "pad_ms", "defaults", "force", "gate", "highpass_hz",
+    "peak_dbfs", "trim", "pad_ms", "defaults", "force", "gate", "highpass_hz", "in_flight",
+    "chunk_prompts",
 }  # fmt: skip
 
-
-def library_prefix(library: str) -> str:
-    """``libraries/<library>/`` (validated)."""
-    if not isinstance(library, str) or not NAME_RE.match(library):
-        raise InvalidRequest(f"library name must match {NAME_RE.pattern}", field="library")
-    return f"libraries/{library}/"
+MAX_IN_FLIGHT = 64
+"""Upper bound of a job's ``in_flight`` (the engine's ``max_active`` bounds it again)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +98,10 @@ class PrerenderJob:
         defaults: fields applied to rows that do not set them.
         force: re-render prompts even when done.
         gate: the quality gate (:mod:`voxcast.prerender.gate`).
+        in_flight: prompts rendered at once by one worker (None: the engine's ``max_active``; never
+            more than it). Not part of any render hash: the files are the same either way.
+        chunk_prompts: prompts per chunk job when a queue fans the library out (None: the default,
+            :data:`~voxcast.prerender.plan.DEFAULT_CHUNK_PROMPTS`).
     """
 
     library: str
@@ -111,6 +113,8 @@ class PrerenderJob:
     defaults: dict[str, Any] = field(default_factory=dict)
     force: bool = False
     gate: GateSettings = field(default_factory=GateSettings)
+    in_flight: int | None = None
+    chunk_prompts: int | None = None
 
     @classmethod
     def from_payload(cls, payload: Any) -> PrerenderJob:
@@ -141,7 +145,35 @@ class PrerenderJob:
             defaults=dict(defaults),
             force=bool(payload.get("force", False)),
             gate=GateSettings.from_payload(payload.get("gate")),
+            in_flight=_count(payload, "in_flight", MAX_IN_FLIGHT),
+            chunk_prompts=_count(payload, "chunk_prompts", 10_000),
         )
+
+    def to_payload(self) -> dict[str, Any]:
+        """The payload of this job with an empty manifest (a chunk carries its own prompts)."""
+        return {
+            "library": self.library,
+            "manifest": "",
+            "presets": list(self.presets),
+            **{k: v for k, v in self.post.to_dict().items() if k in _POST_FIELDS},
+            "defaults": self.defaults,
+            "force": self.force,
+            "gate": self.gate.to_dict(),
+            "in_flight": self.in_flight,
+            "chunk_prompts": self.chunk_prompts,
+        }
+
+
+_POST_FIELDS = ("loudness_lufs", "peak_dbfs", "trim", "pad_ms", "highpass_hz")
+
+
+def _count(payload: Mapping[str, Any], name: str, hi: int) -> int | None:
+    v = payload.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+        raise InvalidRequest(f"{name} must be a whole number from 1 to {hi}", field=name)
+    return v
 
 
 def _opt_str(payload: Mapping[str, Any], name: str) -> str | None:
@@ -202,321 +234,19 @@ def _post(payload: Mapping[str, Any]) -> PostProcess:
     return post
 
 
-def render_hash(
-    model_identity: str, prompt: Prompt, post: PostProcess, gate: GateSettings, watermark: str | None = None
-) -> str:
-    """Identity of one prompt's rendering (see the module docstring); ``watermark``: the one put
-    on the files, if any."""
-    recipe: dict[str, Any] = {
-        "schema": MANIFEST_SCHEMA,
-        "model": model_identity,
-        "prompt": prompt.fields,
-        "post": post.to_dict(),
-        "gate": gate.to_dict(),
-    }
-    if watermark is not None:
-        recipe["watermark"] = watermark
-    if prompt.request.speed != 1.0:
-        recipe["stretch"] = STRETCH_METHOD
-    return sha256_hex(canonical_json(recipe))
+def in_flight_for(service: Service, spec: PrerenderJob) -> int:
+    """Prompts rendered at once: the job's ``in_flight``, else the engine's ``max_active``, never more
+    than ``max_active`` (more would only wait in the engine's queue)."""
+    config = getattr(service.engine, "config", None)
+    max_active = max(1, int(getattr(config, "max_active", 1) or 1))
+    return min(spec.in_flight or max_active, max_active)
 
 
-def object_key(prefix: str, preset: Preset, prompt_id: str) -> str:
-    return validate_key(f"{prefix}{preset.name}/{prompt_id}.{preset.extension}")
-
-
-# -- the run ---------------------------------------------------------------------------------------
-class _Run:
-    """State of one prerender run."""
-
-    def __init__(
-        self,
-        service: Service,
-        spec: PrerenderJob,
-        progress: Callable[[Mapping[str, Any]], None] | None,
-        heartbeat: Callable[[], None] | None,
-    ) -> None:
-        self.service = service
-        self.spec = spec
-        self.store = service.store
-        self.prefix = library_prefix(spec.library)
-        self.manifest_key = validate_key(self.prefix + "manifest.json")
-        self.model = str(service.engine.identity)
-        #: The watermark put on every file after post-processing, if the service has one.
-        self.watermark = service.watermarker.identity if service.watermarker is not None else None
-        self.presets = [PRESETS[n] for n in spec.presets]
-        self._progress = progress
-        self._heartbeat = heartbeat or (lambda: None)
-        self.t0 = time.perf_counter()
-        self.previous = self._load_previous()
-        self.existing = set(self.store.list_keys(self.prefix))
-        self.entries: dict[str, Any] = {}
-        self.errors: list[RowError] = []
-        self.counts = {
-            "rendered": 0, "skipped": 0, "failed": 0, "cache_hits": 0, "objects": 0,
-            "rerenders": 0, "gate_failed": 0,
-        }  # fmt: skip
-
-    def _load_previous(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.store.get_bytes(self.manifest_key))
-        except BlobNotFound:
-            return {}
-        except ValueError as e:
-            log.warning("library %s: unreadable previous manifest ignored: %s", self.spec.library, e)
-            return {}
-        prompts = data.get("prompts") if isinstance(data, dict) else None
-        return prompts if isinstance(prompts, dict) else {}
-
-    def run(self, manifest: Manifest) -> dict[str, Any]:
-        self.errors.extend(manifest.errors)
-        self.counts["failed"] = len(manifest.errors)
-        total = len(manifest.prompts) + len(manifest.errors)
-        try:
-            for i, prompt in enumerate(manifest.prompts):
-                self._one(prompt)
-                self._report(total, len(manifest.errors) + i + 1, prompt.id)
-                if self.counts["rendered"] and self.counts["rendered"] % MANIFEST_EVERY == 0:
-                    self._write_manifest(manifest)
-        finally:
-            self._write_manifest(manifest)
-        return self._summary(manifest, total)
-
-    def _one(self, prompt: Prompt) -> None:
-        h = render_hash(self.model, prompt, self.spec.post, self.spec.gate, self.watermark)
-        prev = self.previous.get(prompt.id)
-        keys = {p.name: object_key(self.prefix, p, prompt.id) for p in self.presets}
-        if not self.spec.force and self._done(prev, h, keys):
-            self.entries[prompt.id] = prev
-            self.counts["skipped"] += 1
-            return
-        try:
-            self.entries[prompt.id] = self._render(prompt, h, keys)
-            self.counts["rendered"] += 1
-        except _GateFailed as e:
-            self.errors.append(RowError(prompt.row, prompt.id, "quality", e.message))
-            self.entries[prompt.id] = e.entry
-            self.counts["failed"] += 1
-            self.counts["gate_failed"] += 1
-            log.warning(
-                "library %s: prompt %s failed the quality gate: %s", self.spec.library, prompt.id, e.message
-            )
-        except InvalidRequest as e:
-            self.errors.append(RowError(prompt.row, prompt.id, e.field or "row", e.message))
-            self.counts["failed"] += 1
-            log.info("library %s: prompt %s failed: %s", self.spec.library, prompt.id, e.message)
-
-    def _done(self, prev: Any, h: str, keys: Mapping[str, str]) -> bool:
-        """The previous run rendered this prompt identically and every requested object exists."""
-        if not isinstance(prev, dict) or prev.get("render_hash") != h:
-            return False
-        return all(k in self.existing for k in keys.values()) and set(keys) <= set(prev.get("objects", {}))
-
-    def _synthesize(self, request: SynthesisRequest) -> tuple[np.ndarray, Any]:
-        # unmarked (the cache entry too): the files are marked after post-processing (_render)
-        stream = self.service.synthesize(request, store=False, entry="prerender", watermark=False)
-        parts = []
-        try:
-            for chunk in stream:
-                parts.append(chunk.data)
-                self._heartbeat()
-        except BaseException:  # the heartbeat stopped the job (shutdown, lost lease): stop the engine too
-            stream.cancel()
-            raise
-        pcm = int16_to_float(np.frombuffer(b"".join(parts), dtype="<i2"))
-        return pcm, stream.result
-
-    def _attempts(self, prompt: Prompt) -> list[SynthesisRequest]:
-        """The request, then the same with the next seeds (a greedy row gets one attempt)."""
-        req = prompt.request
-        gate = self.spec.gate
-        if not gate.enabled or req.sampling.greedy or req.sampling.seed is None:
-            return [req]
-        return [
-            req.model_copy(
-                update={"sampling": req.sampling.model_copy(update={"seed": (req.sampling.seed + i) % 2**63})}
-            )
-            for i in range(gate.max_attempts)
-        ]
-
-    def _render(self, prompt: Prompt, h: str, keys: Mapping[str, str]) -> dict[str, Any]:
-        post, gate = self.spec.post, self.spec.gate
-        tried: list[dict[str, Any]] = []
-        for attempt, request in enumerate(self._attempts(prompt), start=1):
-            if attempt > 1:
-                self.counts["rerenders"] += 1
-            pcm, result = self._synthesize(request)
-            if len(pcm) == 0:
-                raise InvalidRequest("the model produced no audio for this prompt", field="text")
-            processed, facts = postprocess(pcm, post)
-            if self.service.watermarker is not None:
-                processed = mark(self.service.watermarker, processed, NATIVE_SAMPLE_RATE)
-                facts["watermark"] = self.service.watermarker.name
-            files = {
-                p.name: encode_leveled(processed, p, post.loudness_lufs, post.peak_dbfs) for p in self.presets
-            }
-            finish = result.timing.finish_reason if result is not None else ""
-            verdict = check_render(
-                settings=gate,
-                text=request.text,
-                finish_reason=finish,
-                model_pcm=pcm,
-                stored_pcm=processed,
-                sample_rate=NATIVE_SAMPLE_RATE,
-                files=files,
-                target_lufs=post.loudness_lufs,
-                ceiling_dbtp=post.peak_dbfs,
-                pad_ms=post.pad_ms if post.trim else None,
-                speed=request.speed,
-            )
-            quality = {
-                "gate": gate.enabled,
-                "passed": verdict.passed,
-                "attempt": attempt,
-                "seed": request.sampling.seed,
-                "checks": verdict.checks,
-            }
-            if verdict.passed or not gate.enabled:
-                return self._store(prompt, request, h, keys, files, facts, quality, result)
-            tried.append({"attempt": attempt, "seed": request.sampling.seed, "failed": verdict.failed})
-            log.info(
-                "library %s: prompt %s attempt %d failed: %s",
-                self.spec.library,
-                prompt.id,
-                attempt,
-                verdict.describe(),
-            )
-        entry = {
-            **self._head(prompt),
-            "render_hash": None,  # not done: the next run tries again
-            "quality": {**quality, "tried": tried},
-            "objects": {},
-        }
-        raise _GateFailed(
-            f"failed the quality gate after {len(tried)} attempt(s): {verdict.describe()}", entry
-        )
-
-    def _head(self, prompt: Prompt, **used: Any) -> dict[str, Any]:
-        """The start of a prompt's manifest entry: id, row, its fields (``used`` overriding), model."""
-        return {"id": prompt.id, "row": prompt.row, **prompt.fields, **used, "model": self.model}
-
-    def _store(
-        self,
-        prompt: Prompt,
-        request: SynthesisRequest,
-        h: str,
-        keys: Mapping[str, str],
-        files: Mapping[str, Leveled],
-        facts: dict[str, Any],
-        quality: dict[str, Any],
-        result: Any,
-    ) -> dict[str, Any]:
-        objects = {}
-        for preset in self.presets:
-            data = files[preset.name].data
-            meta = {
-                "voxcast-kind": "prerender",
-                "render-hash": h,
-                "prompt-id": prompt.id,
-                "preset": preset.name,
-            }
-            self.store.put_bytes(keys[preset.name], data, content_type=preset.content_type, metadata=meta)
-            objects[preset.name] = {
-                "key": keys[preset.name],
-                "bytes": len(data),
-                "sha256": sha256_hex(data),
-                "content_type": preset.content_type,
-                **preset.to_dict(),
-                **files[preset.name].facts(),
-            }
-            self.counts["objects"] += 1
-            self._heartbeat()
-        cache_hit = bool(result is not None and result.timing.cache_hit)
-        self.counts["cache_hits"] += int(cache_hit)
-        return {
-            **self._head(prompt, sampling=request.sampling.model_dump(mode="json")),
-            "render_hash": h,
-            **facts,
-            "quality": quality,
-            "cache_hit": cache_hit,
-            "synthesis_ms": round(result.timing.total_ms, 1) if result is not None else None,
-            "objects": objects,
-            "rendered_at": _now(),
-        }
-
-    def _report(self, total: int, done: int, current: str) -> None:
-        if self._progress is None:
-            return
-        elapsed = time.perf_counter() - self.t0
-        self._progress(
-            {"total": total, "done": done, "current": current, "elapsed_s": round(elapsed, 2), **self.counts}
-        )
-
-    def _write_manifest(self, manifest: Manifest) -> None:
-        doc = {
-            "schema": MANIFEST_SCHEMA,
-            "library": self.spec.library,
-            "model": self.model,
-            "updated_at": _now(),
-            "presets": {p.name: p.to_dict() for p in self.presets},
-            "post": self.spec.post.to_dict(),
-            "prompts": {p.id: self.entries[p.id] for p in manifest.prompts if p.id in self.entries},
-            "errors": [e.to_dict() for e in self.errors],
-        }
-        body = json.dumps(doc, indent=1, sort_keys=False).encode()
-        self.store.put_bytes(self.manifest_key, body, content_type="application/json")
-
-    def _summary(self, manifest: Manifest, total: int) -> dict[str, Any]:
-        elapsed = time.perf_counter() - self.t0
-        done = self.counts["rendered"] + self.counts["skipped"]
-        current = {p.id for p in manifest.prompts}
-        return {
-            "library": self.spec.library,
-            "manifest_key": self.manifest_key,
-            "total": total,
-            **self.counts,
-            "errors": [e.to_dict() for e in self.errors],
-            "orphans": sorted(set(self.previous) - current),
-            "presets": list(self.spec.presets),
-            "elapsed_s": round(elapsed, 3),
-            "prompts_per_s": round(done / elapsed, 3) if elapsed > 0 else 0.0,
-        }
-
-
-class _GateFailed(Exception):
-    """Every attempt of a prompt failed the quality gate; ``entry`` is its manifest record."""
-
-    def __init__(self, message: str, entry: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.message = message
-        self.entry = entry
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def prerender(
-    service: Service,
-    spec: PrerenderJob,
-    *,
-    progress: Callable[[Mapping[str, Any]], None] | None = None,
-    heartbeat: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """Render ``spec``'s library (see the module docstring).
-
-    Args:
-        service: the loaded service (engine, store, cache).
-        spec: the validated job.
-        progress: called after every prompt with ``{total, done, rendered, skipped, failed, ...}``.
-        heartbeat: called often while rendering (the RQ job renews its lease with it).
-
-    Returns:
-        The summary: counts, ``errors`` (row, id, field, message), ``orphans`` (ids of the previous
-        manifest no longer listed; their objects are kept), ``manifest_key``, throughput.
+def read_manifest(service: Service, spec: PrerenderJob) -> Manifest:
+    """Parse the job's manifest (inline, or read from ``manifest_key``).
 
     Raises:
-        InvalidRequest: the manifest as a whole is unreadable. StorageError: the store failed.
+        InvalidRequest: the manifest as a whole is unreadable.
     """
     text = spec.manifest
     if text is None:
@@ -530,9 +260,82 @@ def prerender(
                 f"cannot read manifest {spec.manifest_key!r}: {e}", field="manifest_key"
             ) from e
     fmt = spec.manifest_format or (spec.manifest_key if spec.manifest_key else None)
-    manifest = parse_manifest(text, fmt, spec.defaults)
-    run = _Run(service, spec, progress, heartbeat)
-    summary = run.run(manifest)
+    return parse_manifest(text, fmt, spec.defaults)
+
+
+def renderer_for(service: Service, spec: PrerenderJob) -> PromptRenderer:
+    """The prompt renderer of ``spec`` on ``service``."""
+    return PromptRenderer(
+        service=service,
+        library=spec.library,
+        presets=tuple(PRESETS[n] for n in spec.presets),
+        post=spec.post,
+        gate=spec.gate,
+        model=str(service.engine.identity),
+    )
+
+
+def prerender(
+    service: Service,
+    spec: PrerenderJob,
+    *,
+    progress: Callable[[Mapping[str, Any]], None] | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Render ``spec``'s library in this process (see the module docstring); a queue spreads it over
+    workers instead (:mod:`voxcast.serving.rq.library`).
+
+    Args:
+        service: the loaded service (engine, store, cache).
+        spec: the validated job.
+        progress: called after every prompt with ``{total, done, rendered, skipped, failed, ...}``.
+        heartbeat: called about four times a second while rendering; it may raise to stop the run.
+
+    Returns:
+        The summary: counts, ``errors`` (row, id, field, message), ``orphans`` (ids of the previous
+        manifest no longer listed; their objects are kept), ``manifest_key``, throughput.
+
+    Raises:
+        InvalidRequest: the manifest as a whole is unreadable. StorageError: the store failed.
+    """
+    record, work = plan_library(service, spec, read_manifest(service, spec))
+    outcomes: dict[str, Outcome] = {}
+    base = len(record.skipped) + len(record.row_errors)
+
+    def commit(o: Outcome) -> None:
+        outcomes[o.prompt_id] = o
+        rendered = sum(x.counts.get("rendered", 0) for x in outcomes.values())
+        if o.counts.get("rendered") and rendered % MANIFEST_EVERY == 0:
+            assemble(service.store, record, outcomes)
+        if progress is not None:
+            counts = {k: sum(x.counts.get(k, 0) for x in outcomes.values()) for k in COUNTS}
+            counts["failed"] += len(record.row_errors)
+            progress(
+                {
+                    "total": record.total,
+                    "done": base + len(outcomes),
+                    "current": o.prompt_id,
+                    "elapsed_s": round(time.time() - record.started_ts, 2),
+                    "skipped": len(record.skipped),
+                    **counts,
+                }
+            )
+
+    def tick() -> bool:
+        if heartbeat is not None:
+            heartbeat()
+        return False
+
+    try:
+        render_prompts(
+            renderer_for(service, spec),
+            work,
+            in_flight=in_flight_for(service, spec),
+            commit=commit,
+            tick=tick,
+        )
+    finally:
+        summary = assemble(service.store, record, outcomes)
     log.info(
         "library %s: %d rendered, %d skipped, %d failed in %.1f s",
         spec.library,

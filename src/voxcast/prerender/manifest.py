@@ -42,6 +42,7 @@ __all__ = [
     "default_seed",
     "detect_format",
     "parse_manifest",
+    "prompt_from_row",
 ]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -72,6 +73,10 @@ class Prompt:
     row: int
     request: SynthesisRequest
     fields: dict[str, Any]
+
+    def to_row(self) -> dict[str, Any]:
+        """The prompt as a JSON-able row (``id``, ``row``, ``fields``) for :func:`prompt_from_row`."""
+        return {"id": self.id, "row": self.row, "fields": self.fields}
 
 
 @dataclass(frozen=True)
@@ -233,3 +238,18 @@ def parse_manifest(text: str, fmt: str | None = None, defaults: Mapping[str, Any
         seen.add(prompt.id)
         out.prompts.append(prompt)
     return out
+
+
+def prompt_from_row(data: Mapping[str, Any]) -> Prompt:
+    """The prompt :meth:`Prompt.to_row` wrote (validated again: it may come from a queue payload).
+
+    Raises:
+        InvalidRequest: naming the field at fault.
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("fields"), Mapping):
+        raise InvalidRequest("a prompt row is {id, row, fields}", field="prompts")
+    fields = dict(data["fields"])
+    sampling = fields.pop("sampling", None) or {}
+    if not isinstance(sampling, Mapping):
+        raise InvalidRequest("sampling must be an object", field="sampling")
+    return _prompt(int(data.get("row", 0)), {"id": data.get("id"), **fields, **sampling}, {})

@@ -120,6 +120,12 @@ def add_parsers(sub: Any) -> None:
         '(docs/queue.md, "Prerendering prompt libraries")',
     )
     p.add_argument("--no-gate", action="store_true", help="store every render without checking it")
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        help="prompts each worker renders at once (default: its VOXCAST_MAX_ACTIVE; never more)",
+    )
+    p.add_argument("--chunk-prompts", type=int, help="prompts per chunk job (default 32)")
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--no-wait", action="store_true", help="print the job id and return")
     p.set_defaults(func=run_prerender)
@@ -380,6 +386,8 @@ def run_prerender(args: argparse.Namespace) -> int:
         "defaults": defaults or None,
         "force": args.force or None,
         "gate": _gate(args),
+        "in_flight": args.in_flight,
+        "chunk_prompts": args.chunk_prompts,
     }
     try:
         job_id = client.prerender(
@@ -404,16 +412,17 @@ def _bar(p: Mapping[str, Any], width: int = 30) -> str:
     filled = int(width * done / total) if total else 0
     return (
         f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  rendered {p.get('rendered', 0)}  "
-        f"skipped {p.get('skipped', 0)}  failed {p.get('failed', 0)}  {str(p.get('current', ''))[:24]:<24}"
+        f"skipped {p.get('skipped', 0)}  failed {p.get('failed', 0)}  workers {len(p.get('workers') or {})}"
     )
 
 
 def _prerender_progress(client: Any, job_id: str, poll_s: float = 0.5) -> int:
-    """Draw a progress bar from the job's meta until it ends, then print the summary."""
+    """Draw a progress bar of the whole library (every chunk, every worker) until its final step
+    ends, then print the library's summary."""
     last = None
     while True:
         st = client.status(job_id)
-        progress = st["meta"].get("progress")
+        progress = client.progress(job_id)
         if progress and progress != last:
             print(_bar(progress), end="", file=sys.stderr, flush=True)
             last = progress

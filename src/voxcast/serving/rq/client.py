@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 from rq import Queue
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import Callback, Job, JobStatus, Retry
 from rq.serializers import JSONSerializer
 
@@ -34,12 +34,24 @@ from voxcast.engine.request import parse_request
 from voxcast.ids import check_request_id
 from voxcast.serving.rq.config import QueueConfig, connect
 from voxcast.serving.rq.jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
+from voxcast.serving.rq.library import final_job_id, library_progress
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
 
 __all__ = ["CANCELLED", "JobFailed", "QueueClient", "StreamCapture"]
 
 #: The status :meth:`QueueClient.status` gives a cancelled job (queued or running when cancelled).
 CANCELLED = "cancelled"
+
+_UNKNOWN: dict[str, Any] = {"status": "unknown", "meta": {}, "result": None, "error": None, "exc": None}
+_WAITING = ("queued", "deferred", "scheduled")
+
+
+def _is_library(job: Job) -> bool:
+    """A prerender library job (a payload that does not decode is not one)."""
+    try:
+        return job.func_name == PRERENDER
+    except DeserializationError:
+        return False
 
 
 class JobFailed(RuntimeError):
@@ -285,11 +297,34 @@ class QueueClient:
         return Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """``{"status", "meta", "result", "error", "exc"}`` of a job (``status: "unknown"`` if gone)."""
+        """``{"status", "meta", "result", "error", "exc"}`` of a job (``status: "unknown"`` if gone).
+
+        A prerender library job is the whole library: ``started`` while its chunks render, then the
+        final step's status and result (the library's summary); ``meta.progress`` covers the library.
+        """
         try:
             job = self.job(job_id)
         except NoSuchJobError:
-            return {"status": "unknown", "meta": {}, "result": None, "error": None, "exc": None}
+            return self._library_status(job_id) or _UNKNOWN
+        if _is_library(job):
+            library = self._library_status(job_id)
+            if library is not None:
+                return library
+        return self._job_status(job)
+
+    def _library_status(self, job_id: str) -> dict[str, Any] | None:
+        """The status of a fanned-out library (its final step), or None before the fan-out."""
+        try:
+            final = self.job(final_job_id(job_id))
+        except NoSuchJobError:
+            return None
+        st = self._job_status(final)
+        if st["status"] in _WAITING:
+            st["status"] = JobStatus.STARTED.value
+        st["meta"] = {"progress": self.progress(job_id), "final_job_id": final.id}
+        return st
+
+    def _job_status(self, job: Job) -> dict[str, Any]:
         status = job.get_status(refresh=False)
         latest = job.latest_result()
         failed = status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
@@ -334,7 +369,9 @@ class QueueClient:
         """Ask a job to stop.
 
         A running job sees the flag between two chunks and ends its stream with ``cancelled``; a
-        queued job is removed from its queue and its stream is ended here.
+        queued job is removed from its queue and its stream is ended here. A prerender library job
+        cancels the whole library: every chunk stops at its next prompt (queued ones end when they
+        start), and the final step writes the manifest of what was done.
 
         Returns:
             What the cancel did: ``cancelled`` (it was waiting: it will not run), ``cancelling`` (it
@@ -344,9 +381,11 @@ class QueueClient:
         try:
             job = self.job(job_id)
         except NoSuchJobError:
-            return "unknown"
+            return self._cancel_library(job_id) if self._library_status(job_id) else "unknown"
         self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
         status = job.get_status(refresh=False)
+        if status is JobStatus.FINISHED and _is_library(job):
+            return self._cancel_library(job_id)
         if status in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
             job.cancel()
             StreamPublisher(self.redis, stream_key(job_id), self.config.stream).cancelled(
@@ -357,8 +396,18 @@ class QueueClient:
             return "cancelling"
         return str(self.status(job_id)["status"])
 
+    def _cancel_library(self, job_id: str) -> str:
+        """Cancel a fanned-out library (its chunks read the flag): ``cancelling`` or its end status."""
+        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
+        st = self._library_status(job_id) or _UNKNOWN
+        return "cancelling" if st["status"] == JobStatus.STARTED.value else str(st["status"])
+
     def progress(self, job_id: str) -> dict[str, Any]:
-        """The ``progress`` meta of a prerender job (``{}`` before the first update)."""
+        """Progress of a prerender library job: ``total``, ``done``, ``rendered``, ``skipped``,
+        ``failed``, ``workers`` (name -> prompts) across all its chunks (``{}`` before it is planned)."""
+        library = library_progress(self.redis, job_id)
+        if library is not None:
+            return library
         try:
             return dict(self.job(job_id).get_meta(refresh=True).get("progress") or {})
         except NoSuchJobError:

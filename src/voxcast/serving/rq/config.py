@@ -48,7 +48,8 @@ DEFAULT_VOICE_TIMEOUT_S = 120
 """Hard limit of one register_voice job."""
 
 DEFAULT_PRERENDER_TIMEOUT_S = 4 * 3600
-"""Hard limit of one prerender_library job (a whole library)."""
+"""Hard limit of one prerender job: the planning job, each chunk job (at most 32 prompts: minutes) and
+the final step (a library is spread over chunk jobs, so its size never comes near it)."""
 
 DEFAULT_RESULT_TTL_S = 3600
 """Seconds a finished job's result stays in Redis."""

@@ -1,4 +1,5 @@
-"""RQ job functions: synthesize (streamed to Redis), register_voice, prerender_library.
+"""RQ job functions: synthesize (streamed to Redis), register_voice, prerender_library (+ its chunks
+and final step).
 
 Jobs run inside :class:`~voxcast.serving.rq.worker.VoxcastWorker`, which loads the
 :class:`~voxcast.service.Service` once and binds a :class:`JobContext` around every job (RQ calls job
@@ -36,6 +37,8 @@ from voxcast.engine.request import SynthesisRequest, parse_request, request_id_f
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
 from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
 from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.rq.library import LibraryBusy
+from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ __all__ = [
     "ALLOWED_CALLBACKS",
     "ALLOWED_FUNCTIONS",
     "PRERENDER",
+    "PRERENDER_CHUNK",
+    "PRERENDER_FINISH",
     "REGISTER_VOICE",
     "SYNTHESIZE",
     "JobContext",
@@ -53,6 +58,8 @@ __all__ = [
     "cancel_key",
     "current_context",
     "on_failure",
+    "prerender_chunk",
+    "prerender_finish",
     "prerender_library",
     "register_voice",
     "synthesize",
@@ -65,18 +72,11 @@ REGISTER_VOICE = "voxcast.serving.rq.jobs.register_voice"
 PRERENDER = "voxcast.serving.rq.jobs.prerender_library"
 ON_FAILURE = "voxcast.serving.rq.jobs.on_failure"
 
-ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER})
+ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER, PRERENDER_CHUNK, PRERENDER_FINISH})
 """Dotted names of the job functions a voxcast worker runs; anything else fails unrun."""
 
 ALLOWED_CALLBACKS = frozenset({ON_FAILURE})
 """Dotted names accepted as on_success/on_failure/on_stopped callbacks."""
-
-CANCEL_KEY_PREFIX = "voxcast:cancel:"
-
-
-def cancel_key(job_id: str) -> str:
-    """The Redis key whose existence asks job ``job_id`` to stop."""
-    return CANCEL_KEY_PREFIX + job_id
 
 
 @dataclass(frozen=True)
@@ -375,86 +375,45 @@ def _fetch_audio(ctx: JobContext, key: Any) -> bytes:
 
 
 # -- prerender_library ---------------------------------------------------------------------------
-LIBRARY_LOCK_PREFIX = "voxcast:lock:library:"
-
-
-class LibraryBusy(VoxcastError):
-    """Another prerender job holds the library (two runs would race on its manifest)."""
-
-    code = "library_busy"
-
-
-class _LibraryLock:
-    """``SET voxcast:lock:library:<name> <job id> NX EX ttl``, refreshed while the job runs, so a dead
-    worker's lock lapses with its lease."""
-
-    def __init__(self, client: redis.Redis, library: str, job_id: str, ttl_s: int, every_s: float) -> None:
-        self.client, self.key, self.job_id = client, LIBRARY_LOCK_PREFIX + library, job_id
-        self.ttl_s, self.every_s, self._last = ttl_s, every_s, 0.0
-
-    def acquire(self) -> None:
-        if not self.client.set(self.key, self.job_id, nx=True, ex=self.ttl_s):
-            holder = self.client.get(self.key)
-            raise LibraryBusy(f"library is being rendered by job {holder!r}", field="library")
-        self._last = time.monotonic()
-
-    def refresh(self) -> None:
-        if time.monotonic() - self._last >= self.every_s:
-            self._last = time.monotonic()
-            self.client.expire(self.key, self.ttl_s)
-
-    def release(self) -> None:
-        with contextlib.suppress(redis.RedisError):
-            if self.client.get(self.key) == self.job_id.encode():
-                self.client.delete(self.key)
-
-
 def prerender_library(payload: Any = None, /, **fields: Any) -> dict[str, Any]:
-    """Render a prompt library (see :mod:`voxcast.prerender.library`); progress goes to job meta.
+    """Render a prompt library across every worker: plan it, then enqueue its chunk jobs and the final
+    step (see :mod:`voxcast.serving.rq.library`). Its job id is the library's: progress, cancel and
+    the summary (the final step's result) go by it (:class:`~voxcast.serving.rq.client.QueueClient`).
 
     Returns:
-        The summary (counts, bad rows, manifest key).
+        ``{"status": "fanned_out", "chunks", "to_render", "final_job_id", ...}``.
 
     Raises:
         InvalidRequest: a malformed payload or an unreadable manifest.
         LibraryBusy: another job is rendering the same library.
     """
-    from voxcast.prerender.library import PrerenderJob, prerender
+    from voxcast.serving.rq.library import plan_library
 
     ctx, job = current_context(), _current_job()
     try:
-        spec = PrerenderJob.from_payload(_merge_payload(payload, fields))
-        lock = _LibraryLock(
-            ctx.redis, spec.library, job.id, ctx.config.heartbeat_ttl_s, ctx.config.heartbeat_interval_s
-        )
-        lock.acquire()
+        return plan_library(ctx, job, _merge_payload(payload, fields))
     except VoxcastError as e:
         _fail_without_retry(job, e.to_dict())
         raise
 
-    stop: list[str] = []
 
-    def heartbeat() -> None:
-        if stop:
-            raise WorkerShutdown(stop[0])
-        ctx.renew_lease()
-        lock.refresh()
+def prerender_chunk(payload: Any) -> dict[str, Any]:
+    """One chunk of a fanned-out library (enqueued by :func:`prerender_library`)."""
+    from voxcast.serving.rq.library import render_chunk
 
-    def progress(state: Mapping[str, Any]) -> None:
-        job.meta["progress"] = dict(state)
-        job.save_meta()
-        heartbeat()
-
+    ctx, job = current_context(), _current_job()
     try:
-        with ctx.track(stop.append):
-            summary = prerender(ctx.service, spec, progress=progress, heartbeat=heartbeat)
+        return render_chunk(ctx, job, payload)
     except InvalidRequest as e:
         _fail_without_retry(job, e.to_dict())
         raise
-    finally:
-        lock.release()
-    summary["job_id"] = job.id
-    return summary
+
+
+def prerender_finish(payload: Any) -> dict[str, Any]:
+    """The final step of a fanned-out library: the manifest and the library's summary."""
+    from voxcast.serving.rq.library import finish_library
+
+    return finish_library(current_context(), _current_job(), payload)
 
 
 # -- callbacks -----------------------------------------------------------------------------------
