@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat.frames.frames import StartFrame
+from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame, StartFrame
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 from pipecat.transcriptions.language import Language
@@ -59,6 +60,11 @@ def error_text(error: Mapping[str, Any]) -> str:
     return f"{param}: {message}"
 
 
+@dataclass
+class _TextEnd(LLMFullResponseEndFrame):
+    """The end of the text before an ``EndFrame`` (handled as a reply's end, never pushed on)."""
+
+
 class VoxcastService(TTSService):
     """The constructor, settings and request fields of both services (a base, not used alone)."""
 
@@ -95,10 +101,35 @@ class VoxcastService(TTSService):
         if self.sample_rate not in SAMPLE_RATES:
             raise ValueError(f"sample_rate: voxcast produces {SAMPLE_RATES} Hz, not {self.sample_rate}")
 
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        """An ``EndFrame`` first speaks the text still buffered, as the end of a reply would: Pipecat
+        itself calls :meth:`stop` (which ends playback and closes the connection) before it flushes
+        that text, so the last sentence would be lost and the ``EndFrame`` held back."""
+        if isinstance(frame, EndFrame) and direction == FrameDirection.DOWNSTREAM:
+            await super().process_frame(_TextEnd(), direction)
+            await self._end_bare_turn()
+        await super().process_frame(frame, direction)
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM) -> None:
+        if not isinstance(frame, _TextEnd):
+            await super().push_frame(frame, direction)
+
+    def _is_bare(self, context_id: str) -> bool:
+        """Whether ``context_id`` is text outside any turn (a ``TextFrame`` with no LLM reply around
+        it): Pipecat gives each such sentence (token in ``TOKEN`` mode) a context of its own and
+        never completes it, so the service ends it."""
+        return context_id != self._turn_context_id
+
+    async def _end_bare_turn(self) -> None:
+        """End the context of the bare text spoken last (the HTTP service; the WebSocket service
+        ends such a context at its mark's echo)."""
+
     def _request_fields(self, instruct: str) -> dict[str, Any]:
-        """``extra``, raw PCM at the pipeline's rate, and the settings that are set (``instructions``
-        named ``instruct``)."""
-        out: dict[str, Any] = {**self._extra, "response_format": "pcm", "sample_rate": self.sample_rate}
+        """The streaming-text layout (both services: the same audio for the same text and seed;
+        ``extra`` may say otherwise), ``extra``, raw PCM at the pipeline's rate, and the settings
+        that are set (``instructions`` named ``instruct``)."""
+        out: dict[str, Any] = {"non_streaming_text": False, **self._extra}
+        out.update(response_format="pcm", sample_rate=self.sample_rate)
         for name in ("voice", "language", "instructions", "speed"):
             value = getattr(self._settings, name)
             if value is not None and value is not NOT_GIVEN:

@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
-from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame
+from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame, TTSStoppedFrame
 
 from voxcast.integrations.pipecat.base import VoxcastService, VoxcastTTSSettings, error_text
 
@@ -48,6 +48,7 @@ class VoxcastTTSService(VoxcastService):
         )
         self._session = session
         self._own_session = session is None
+        self._bare: str | None = None  # the context of bare text spoken last (ended by what follows)
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
@@ -70,9 +71,20 @@ class VoxcastTTSService(VoxcastService):
     def _body(self, text: str) -> dict[str, Any]:
         return {**self._request_fields("instructions"), "input": text}
 
+    async def _end_bare_turn(self) -> None:
+        """Bare text's context ends once its text frame is queued: when the next text or the end comes."""
+        ctx, self._bare = self._bare, None
+        if ctx is not None and self.audio_context_available(ctx):
+            await self.append_to_audio_context(ctx, TTSStoppedFrame(context_id=ctx))
+            await self.remove_audio_context(ctx)
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """One sentence: stream its audio as the server generates it."""
         assert self._session is not None, "start() first"
+        if self._bare != context_id:
+            await self._end_bare_turn()
+        if self._is_bare(context_id):
+            self._bare = context_id
         async with self._session.post(self._url, json=self._body(text), headers=self._headers) as r:
             if r.status != 200:
                 try:
