@@ -410,7 +410,8 @@ def test_a_reply_that_pauses_past_the_servers_text_wait_stays_one_turn(
         sink = asyncio.run(_run(tts, script, 16000))
     finally:
         opened.restore()
-    assert opened.streams[0].result.timing.extra.get("text_timeout") is True
+    first_end = opened.streams[0].result
+    assert first_end is not None and first_end.timing.extra.get("text_timeout") is True
     assert _marks(sink) == "STE"
     assert _turn_audio(sink) == [_pcm(service, first, extra) + _pcm(service, rest.strip(), extra)]
     assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]

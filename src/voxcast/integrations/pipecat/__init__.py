@@ -20,7 +20,11 @@ word rather than its first sentence. An interruption sends ``clear``: the server
 frame and drops the rest.
 
 Both (``base``): the same constructor arguments and runtime settings (``voice``, ``language``,
-``instructions``, ``speed``). TTFB and usage metrics are reported as Pipecat expects. voxcast's own
+``instructions``, ``speed``). Every turn (an LLM reply, a ``TTSSpeakFrame``, text outside any reply)
+is bracketed by one ``TTSStartedFrame`` and one ``TTSStoppedFrame`` and spoken to its last word
+unless interrupted; an ``EndFrame`` speaks the text still buffered before the pipeline ends. Both ask
+for the streaming-text layout (``non_streaming_text: false``), so with the same text and ``seed``
+they give the same audio. TTFB and usage metrics are reported as Pipecat expects. voxcast's own
 request fields (``seed``, ``language``, sampling, ...) go in ``extra``.
 """
 
