@@ -415,3 +415,28 @@ def test_a_reply_that_pauses_past_the_servers_text_wait_stays_one_turn(
     assert _marks(sink) == "STE"
     assert _turn_audio(sink) == [_pcm(service, first, extra) + _pcm(service, rest.strip(), extra)]
     assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+def test_a_speak_frame_inside_a_reply_keeps_both_turns_whole_over_the_websocket(
+    base_url: str, service: Service
+) -> None:
+    """A TTSSpeakFrame in the middle of an LLM reply ("One moment.") is a turn of its own, played after
+    the reply; the reply's two parts (before and after it) stay one turn."""
+    first, rest, aside = "Sure, I can help", " with that right away.", "One moment."
+    extra = {"seed": 8, "max_frames": 20, "cache": False}
+    tts = VoxcastWebsocketTTSService(base_url=base_url, api_key=KEY, extra=extra)
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        for token in _tokens(first):
+            await worker.queue_frame(LLMTextFrame(token))
+        await worker.queue_frame(TTSSpeakFrame(aside))
+        for token in _tokens(rest):
+            await worker.queue_frame(LLMTextFrame(token))
+        await worker.queue_frame(LLMFullResponseEndFrame())
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    assert _marks(sink) == "STSTE"
+    reply = _pcm(service, first, extra) + _pcm(service, rest.strip(), extra)
+    assert _turn_audio(sink) == [reply, _pcm(service, aside, extra)]
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
