@@ -20,6 +20,7 @@ from pipecat.frames.frames import (
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
+    TextFrame,
     TTSAudioRawFrame,
     TTSSpeakFrame,
     TTSStartedFrame,
@@ -32,10 +33,13 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from tests.fixtures.http_server import Recorder, ended, running
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
 from voxcast.integrations.pipecat import VoxcastTTSService, VoxcastWebsocketTTSService
-from voxcast.service import Service
+from voxcast.service import Service, ServiceConfig
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
+from voxcast.storage.local import LocalBlobStore
 
 Factory = Callable[[str], Path]
 KEY = "sk-pipecat"
@@ -95,7 +99,14 @@ async def _run(
 
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
-    await asyncio.wait_for(asyncio.gather(runner.run(), drive()), 120)
+    run = asyncio.ensure_future(runner.run())
+    try:  # generous bounds: they only turn a hang into a failure
+        await asyncio.wait_for(drive(), 120)
+        await asyncio.wait_for(asyncio.shield(run), 60)  # the EndFrame went through: it ends
+    except TimeoutError:
+        await runner.cancel()
+        await asyncio.wait_for(run, 30)
+        raise AssertionError("the pipeline did not end") from None
     return sink
 
 
@@ -124,7 +135,15 @@ def test_a_sentence_is_spoken_through_the_pipeline(
     direct = b"".join(
         c.data
         for c in service.synthesize(
-            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra, **rate}
+            {
+                "text": text,
+                "voice": "ryan",
+                "response_format": "pcm",
+                "sample_rate": 16000,
+                "non_streaming_text": False,
+                **extra,
+                **rate,
+            }
         )
     )
     assert b"".join(f.audio for f in audio) == direct
@@ -152,6 +171,7 @@ def test_speed_changes_while_the_pipeline_runs(base_url: str, service: Service) 
     asyncio.run(_run(tts, script, 16000))
     assert [len(a) for a in spoken] == [2 * 8 * 1280, 2 * 2 * 8 * 1280]  # twice as long at half speed
     request = {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+    request["non_streaming_text"] = False  # both services' layout
     assert spoken[1] == b"".join(c.data for c in service.synthesize({**request, "speed": 0.5}))
 
 
@@ -183,10 +203,13 @@ def test_an_interruption_cancels_generation_on_the_server(base_url: str, service
     assert result.timing.finish_reason == "cancelled" and result.timing.frames < 3000
 
 
-def test_a_server_error_becomes_an_error_frame(base_url: str) -> None:
-    tts = VoxcastTTSService(
-        base_url=base_url, api_key=KEY, settings=VoxcastTTSService.Settings(voice="nobody")
-    )
+@pytest.mark.parametrize(
+    ("fields", "param"), [({"settings": VoxcastTTSService.Settings(voice="nobody")}, "voice"),
+                          ({"extra": {"seed": "x"}}, "seed")],
+)  # fmt: skip
+def test_a_server_error_becomes_an_error_frame(base_url: str, fields: dict[str, Any], param: str) -> None:
+    """It names the field at fault, once (the server's message may start with it already)."""
+    tts = VoxcastTTSService(base_url=base_url, api_key=KEY, **fields)
     upstream = Sink(FrameDirection.UPSTREAM)
 
     async def script(worker: PipelineWorker, sink: Sink) -> None:
@@ -196,7 +219,7 @@ def test_a_server_error_becomes_an_error_frame(base_url: str) -> None:
 
     asyncio.run(_run(tts, script, 24000, upstream))
     error = next(f for f in upstream.frames if isinstance(f, ErrorFrame))
-    assert "voxcast 400" in error.error and "voice" in error.error
+    assert error.error.startswith(f"voxcast 400: {param}:") and error.error.count(f"{param}:") == 1
 
 
 def _tokens(text: str) -> list[str]:
@@ -272,3 +295,148 @@ def test_an_interruption_clears_the_websocket_utterance(base_url: str, service: 
     assert len(opened.streams) == 1
     result = ended(opened.streams[0])
     assert result.timing.finish_reason == "cancelled" and result.timing.frames < 3000
+
+
+@pytest.fixture(scope="module")
+def short_wait(
+    tiny_model_dir: Factory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Service]]:
+    """A second server (and its service) whose utterances take their text as complete after 0.3 s
+    without any (``VOXCAST_TEXT_WAIT_S=0.3``)."""
+    engine = Engine.load(
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, text_wait_s=0.3)
+    )
+    store = LocalBlobStore(tmp_path_factory.mktemp("store"), fsync=False)
+    service = Service.assemble(ServiceConfig(store_audio=False), engine, store)
+    try:
+        with running(create_app(ServiceHolder(service), HttpConfig(api_key=KEY))) as url:
+            yield url, service
+    finally:
+        service.close()
+
+
+def _marks(sink: Sink) -> str:
+    """The turns' brackets and the end, in order: S (TTSStartedFrame), T (TTSStoppedFrame), E (EndFrame)."""
+    names = {TTSStartedFrame: "S", TTSStoppedFrame: "T", EndFrame: "E"}
+    return "".join(names[type(f)] for f in sink.frames if type(f) in names)
+
+
+def _turn_audio(sink: Sink) -> list[bytes]:
+    """The audio of each turn (between its TTSStartedFrame and its TTSStoppedFrame)."""
+    turns: list[bytes] = []
+    for f in sink.frames:
+        if isinstance(f, TTSStartedFrame):
+            turns.append(b"")
+        elif isinstance(f, TTSAudioRawFrame):
+            turns[-1] += f.audio
+    return turns
+
+
+def _pcm(service: Service, text: str, extra: dict[str, Any]) -> bytes:
+    """What the server makes of ``text`` as one request (streaming-text layout, 16 kHz PCM)."""
+    request = {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+    return b"".join(c.data for c in service.synthesize({**request, "non_streaming_text": False}))
+
+
+async def _reply(worker: PipelineWorker, text: str) -> None:
+    """An LLM reply: its start, its tokens (long words split), its end."""
+    await worker.queue_frame(LLMFullResponseStartFrame())
+    for token in _tokens(text):
+        await worker.queue_frame(LLMTextFrame(token))
+    await worker.queue_frame(LLMFullResponseEndFrame())
+
+
+@pytest.mark.parametrize("kind", [VoxcastTTSService, VoxcastWebsocketTTSService], ids=["http", "websocket"])
+def test_bare_text_frames_are_spoken_to_the_end_before_the_pipeline_ends(
+    base_url: str, service: Service, kind: type[VoxcastTTSService | VoxcastWebsocketTTSService]
+) -> None:
+    """TextFrames with no LLM reply around them, then EndFrame (a goodbye): each is a turn of its own,
+    bracketed and spoken whole, and the EndFrame passes on after the last audio."""
+    texts = ["Hello there, how are you today?", "Goodbye."]
+    extra = {"seed": 5, "max_frames": 12, "cache": False}
+    tts = kind(base_url=base_url, api_key=KEY, extra=extra)
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        for text in texts:
+            await worker.queue_frame(TextFrame(text))
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    assert _marks(sink) == "STSTE"
+    assert _turn_audio(sink) == [_pcm(service, text, extra) for text in texts]
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+def test_both_services_give_the_same_audio_for_the_same_text_and_seed(
+    base_url: str, service: Service
+) -> None:
+    text = "Sure, I can help with that."
+    extra = {"seed": 9, "max_frames": 12, "cache": False}
+    got = []
+    for kind in (VoxcastTTSService, VoxcastWebsocketTTSService):
+        tts = kind(base_url=base_url, api_key=KEY, extra=extra)
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await _reply(worker, text)
+
+        sink = asyncio.run(_run(tts, script, 16000))
+        assert _marks(sink) == "STE"
+        got += _turn_audio(sink)
+    assert got == [_pcm(service, text, extra)] * 2
+
+
+def test_a_reply_that_pauses_past_the_servers_text_wait_stays_one_turn(
+    short_wait: tuple[str, Service],
+) -> None:
+    """The LLM pauses mid-reply until the server has taken the utterance's text as complete and spoken
+    it (segment_done); the rest of the reply is the same turn (no second TTSStartedFrame), spoken in
+    full, and one TTSStoppedFrame closes it."""
+    url, service = short_wait
+    first, rest = "Sure, I can help with that.", " Your order shipped yesterday."
+    extra = {"seed": 6, "max_frames": 30, "cache": False}
+    opened = Recorder(service)
+    try:
+        tts = VoxcastWebsocketTTSService(base_url=url, api_key=KEY, extra=extra)
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(LLMFullResponseStartFrame())
+            for token in _tokens(first):
+                await worker.queue_frame(LLMTextFrame(token))
+            # the pause: until the server has taken the text as complete and spoken it
+            await asyncio.to_thread(lambda: ended(opened.stream(0)))
+            for token in _tokens(rest):
+                await worker.queue_frame(LLMTextFrame(token))
+            await worker.queue_frame(LLMFullResponseEndFrame())
+
+        sink = asyncio.run(_run(tts, script, 16000))
+    finally:
+        opened.restore()
+    first_end = opened.streams[0].result
+    assert first_end is not None and first_end.timing.extra.get("text_timeout") is True
+    assert _marks(sink) == "STE"
+    assert _turn_audio(sink) == [_pcm(service, first, extra) + _pcm(service, rest.strip(), extra)]
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+
+
+def test_a_speak_frame_inside_a_reply_keeps_both_turns_whole_over_the_websocket(
+    base_url: str, service: Service
+) -> None:
+    """A TTSSpeakFrame in the middle of an LLM reply ("One moment.") is a turn of its own, played after
+    the reply; the reply's two parts (before and after it) stay one turn."""
+    first, rest, aside = "Sure, I can help", " with that right away.", "One moment."
+    extra = {"seed": 8, "max_frames": 20, "cache": False}
+    tts = VoxcastWebsocketTTSService(base_url=base_url, api_key=KEY, extra=extra)
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        for token in _tokens(first):
+            await worker.queue_frame(LLMTextFrame(token))
+        await worker.queue_frame(TTSSpeakFrame(aside))
+        for token in _tokens(rest):
+            await worker.queue_frame(LLMTextFrame(token))
+        await worker.queue_frame(LLMFullResponseEndFrame())
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    assert _marks(sink) == "STSTE"
+    reply = _pcm(service, first, extra) + _pcm(service, rest.strip(), extra)
+    assert _turn_audio(sink) == [reply, _pcm(service, aside, extra)]
+    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]

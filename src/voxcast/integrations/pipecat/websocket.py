@@ -1,0 +1,246 @@
+"""VoxcastWebsocketTTSService: an LLM reply's tokens into one utterance of the server's WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame, TTSStoppedFrame
+from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+
+from voxcast.integrations.pipecat.base import VoxcastService, VoxcastTTSSettings, error_text
+
+__all__ = ["VoxcastWebsocketTTSService"]
+
+log = logging.getLogger(__name__)
+
+_KEEPALIVE_S = 1.0
+"""How often the contexts of turns still due are kept open (Pipecat ends a quiet one after 3 s)."""
+
+
+@dataclass
+class _Run:
+    """Text of one turn sent without another turn's between, ended by a mark (``mark``, once sent).
+
+    On the server it is one utterance, or more when the server ended one early (a text timeout, or
+    its frame limit: ``server_ended``, the next token then starts a new run); the audio between the
+    previous run's mark and this one's is this run's.
+    """
+
+    context_id: str
+    mark: str | None = None
+    final: bool = False  # the turn's text ends with this run
+    server_ended: bool = False
+
+
+class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
+    """Text to speech on a voxcast server's WebSocket, token by token (see the package docstring).
+
+    A turn's tokens go into one utterance on the server, ended by a ``mark`` (which also closes the
+    utterance) rather than ``flush``: the server echoes a mark after all audio of the text before it,
+    so the audio between two echoes is one turn's, however many utterances the server made of it
+    (after ``VOXCAST_TEXT_WAIT_S`` without text it ends one and opens the next itself), and the
+    turn's ``TTSStoppedFrame`` follows its last audio. ``clear`` drops every turn under way; what
+    the server sends before its ``cleared`` answer belongs to the cleared speech.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str = "http://127.0.0.1:8000",
+        api_key: str | None = None,
+        sample_rate: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+        settings: VoxcastTTSSettings | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            base_url: the server (``voxcast serve``), without ``/v1``; ``http(s)`` becomes ``ws(s)``.
+            api_key: its ``VOXCAST_API_KEY``, if it has one.
+            sample_rate: output rate; default: the pipeline's ``audio_out_sample_rate``.
+            extra: more request fields for every utterance (``seed``, ``temperature``, ...).
+            settings: voice, language, instructions, speed (updatable while the pipeline runs; a
+                change takes effect at the next turn).
+        """
+        kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
+        super().__init__(
+            base_url=base_url,
+            path="/v1/audio/speech/stream",
+            api_key=api_key,
+            sample_rate=sample_rate,
+            extra=extra,
+            settings=settings,
+            **kwargs,
+        )
+        if self._url.startswith("http"):
+            self._url = "ws" + self._url[len("http") :]
+        self._websocket: Any = None
+        self._receive_task: Any = None
+        self._keepalive: Any = None
+        self._config_sent: dict[str, Any] | None = None
+        self._runs: deque[_Run] = deque()  # runs whose mark the server has not echoed yet, in order
+        self._open: _Run | None = None  # the run taking text (the last of them, its mark not sent)
+        self._marks = 0  # marks sent on this connection (their names)
+        self._clears = 0  # "clear" sent, "cleared" not received yet
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        await self._connect()
+
+    # -- connection --------------------------------------------------------------------------------
+    async def _connect(self) -> None:
+        await super()._connect()
+        await self._connect_websocket()
+        if self._websocket is not None and self._receive_task is None:
+            self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
+        if self._keepalive is None:
+            self._keepalive = self.create_task(self._keep_turns_open(), name="turns")
+
+    async def _disconnect(self) -> None:
+        await super()._disconnect()
+        for task in (self._receive_task, self._keepalive):
+            if task is not None:
+                await self.cancel_task(task)
+        self._receive_task = self._keepalive = None
+        await self._disconnect_websocket()
+
+    async def _connect_websocket(self) -> None:
+        if self._websocket is not None:
+            return
+        try:
+            self._websocket = await self._websocket_connect(self._url, additional_headers=self._headers)
+            self._config_sent, self._open, self._clears = None, None, 0
+            self._runs.clear()
+        except Exception as e:  # reported as Pipecat expects; the base class retries
+            self._websocket = None
+            await self.push_error(error_msg=f"voxcast: cannot connect to {self._url}: {e}", exception=e)
+
+    async def _disconnect_websocket(self) -> None:
+        ws, self._websocket = self._websocket, None
+        if ws is not None:
+            try:
+                await ws.close()
+            except Exception as e:
+                log.debug("%s: closing the socket: %s", self, e)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self._websocket is None:
+            await self._connect()
+        if self._websocket is None:
+            raise ConnectionError(f"not connected to {self._url}")
+        await self._websocket.send(json.dumps(message))
+
+    def _config(self) -> dict[str, Any]:
+        return {**self._request_fields("instruct"), "type": "config", "text_mode": "words"}
+
+    async def _keep_turns_open(self) -> None:
+        """Pipecat ends a context that gets nothing for ``stop_frame_timeout_s`` (3 s), and a later
+        token would open it again (a second TTSStartedFrame): a turn whose text or audio is still
+        due (an LLM pausing mid-reply, a busy server) is kept open until its mark comes back."""
+        while True:
+            await asyncio.sleep(_KEEPALIVE_S)
+            for ctx in {run.context_id for run in self._runs}:
+                self._refresh_audio_context(ctx)
+
+    # -- text --------------------------------------------------------------------------------------
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        """A token of the turn ``context_id``: into the turn's open run (one utterance on the server)."""
+        try:
+            run = self._open
+            if run is None or run.context_id != context_id or run.server_ended:
+                if run is not None:  # another turn's text comes between (a TTSSpeakFrame): end the run
+                    await self._end_run(final=False)
+                config = self._config()
+                if config != self._config_sent:
+                    await self._send(config)
+                    self._config_sent = config
+                self._open = _Run(context_id)
+                self._runs.append(self._open)
+            await self._send({"type": "text", "text": text})
+            if self._is_bare(context_id):  # text outside any turn: all of its context is here
+                await self._end_run(final=True)
+        except Exception as e:
+            yield ErrorFrame(error=f"voxcast: {e}")
+            return
+        yield None
+
+    async def _end_run(self, final: bool) -> None:
+        """End the open run with a mark: it closes the utterance on the server, and its echo comes
+        after the run's last audio; ``final``: the turn's text ends here."""
+        run, self._open = self._open, None
+        assert run is not None
+        run.final = final
+        self._marks += 1
+        run.mark = f"voxcast-pipecat-{self._marks}"
+        await self._send({"type": "mark", "name": run.mark})
+
+    async def flush_audio(self, context_id: str | None = None) -> None:
+        """The turn's text is complete: end its run, or say so after its last run (its text was
+        interrupted by another turn's, a TTSSpeakFrame's)."""
+        ctx = context_id or (self._open.context_id if self._open is not None else None)
+        if self._open is not None and self._open.context_id == ctx:
+            await self._end_run(final=True)
+        elif any(run.context_id == ctx and not run.final for run in self._runs):
+            assert ctx is not None
+            self._open = _Run(ctx)
+            self._runs.append(self._open)
+            await self._end_run(final=True)
+
+    async def on_audio_context_interrupted(self, context_id: str) -> None:
+        """Barge-in: the server stops within one frame and drops the queued text (once for all)."""
+        await self.stop_all_metrics()
+        if self._runs and self._websocket is not None:
+            self._clears += 1
+            self._open = None
+            self._runs.clear()
+            await self._send({"type": "clear"})
+        await super().on_audio_context_interrupted(context_id)
+
+    # -- audio -------------------------------------------------------------------------------------
+    async def _receive_messages(self) -> None:
+        assert self._websocket is not None
+        async for message in self._websocket:
+            if isinstance(message, bytes):
+                ctx = self._runs[0].context_id if self._runs and not self._clears else None
+                if ctx is not None and self.audio_context_available(ctx):
+                    await self.append_to_audio_context(
+                        ctx, TTSAudioRawFrame(message, self.sample_rate, 1, context_id=ctx)
+                    )
+                continue
+            await self._event(json.loads(message))
+
+    async def _event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "cleared":
+            self._clears = max(0, self._clears - 1)
+        elif self._clears:  # the cleared speech's last words
+            return
+        elif kind == "mark":
+            await self._run_spoken(event.get("name"))
+        elif kind == "segment_done":
+            self._segment_done(event.get("timing") or {})
+        elif kind == "error":
+            await self.push_error(error_msg=f"voxcast: {error_text(event.get('error') or {})}")
+
+    def _segment_done(self, timing: dict[str, Any]) -> None:
+        """An utterance of the run still taking text ended: after a text timeout the server opens
+        the next one itself; otherwise (its frame limit, the model's end) the next token opens one."""
+        run = self._runs[0] if self._runs else None
+        if run is not None and run is self._open and not (timing.get("extra") or {}).get("text_timeout"):
+            run.server_ended = True
+
+    async def _run_spoken(self, name: Any) -> None:
+        """A run's mark came back: all its audio is out; the turn ends with its final run."""
+        while self._runs and self._runs[0].mark is not None:
+            run = self._runs.popleft()
+            if run.final and self.audio_context_available(run.context_id):
+                await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
+                await self.remove_audio_context(run.context_id)
+            if run.mark == name:
+                return
