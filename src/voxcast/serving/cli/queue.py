@@ -27,7 +27,7 @@ import redis
 
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
-from voxcast.serving.cli.errors import CommandError, describe
+from voxcast.serving.cli.errors import CommandError, describe, exit_code_of
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
 
@@ -62,15 +62,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--follow", action="store_true", help="read the stream as it grows")
     p.add_argument("--out", type=Path, help="write the audio here (implies --follow)")
+    _idle_timeout_arg(p)
     p.set_defaults(func=run_enqueue)
 
     p = sub.add_parser("listen", help="replay a job's stream from the start (then follow it live)")
     _redis_args(p)
     p.add_argument("job_id", help="the job id enqueue printed")
     p.add_argument("--out", type=Path, help="write the audio here")
-    p.add_argument(
-        "--idle-timeout", type=float, default=120.0, help="give up after this many seconds without an entry"
-    )
+    _idle_timeout_arg(p)
     p.set_defaults(func=run_listen)
 
     p = sub.add_parser("status", help="print a job's status, meta and result")
@@ -139,6 +138,15 @@ def _gate(args: argparse.Namespace) -> Any:
     if args.attempts is not None:
         gate["max_attempts"] = args.attempts
     return gate or None
+
+
+def _idle_timeout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="give up after this many seconds without a stream entry, saying why (no worker serves the "
+        "queue, or the job's status); default VOXCAST_FOLLOW_IDLE_TIMEOUT_S or 120",
+    )
 
 
 def _redis_args(p: argparse.ArgumentParser) -> None:
@@ -268,34 +276,64 @@ def run_enqueue(args: argparse.Namespace) -> int:
     except VoxcastError as e:
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
         return 2
-    print(job_id)
+    print(job_id, flush=True)
     if not (args.follow or args.out):
         return 0
-    return _follow(client, job_id, args.out, t0=t0)
+    return _follow(client, job_id, args.out, t0=t0, idle_timeout_s=args.idle_timeout)
 
 
 def run_listen(args: argparse.Namespace) -> int:
-    return _follow(_client(args), args.job_id, args.out, idle_timeout_s=args.idle_timeout)
+    client = _client(args)
+    if not client.exists(args.job_id):
+        raise CommandError(f"no such job {args.job_id!r} (unknown or expired)")
+    return _follow(client, args.job_id, args.out, idle_timeout_s=args.idle_timeout)
+
+
+def _warn_if_unserved(client: Any, job_id: str, idle_timeout_s: float) -> None:
+    queue = client.unserved_queue(job_id)
+    if queue is not None:
+        print(
+            f"waiting: no worker serves queue {queue!r} (start one: voxcast worker --queues {queue}); "
+            f"giving up after {idle_timeout_s:g} s without news",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _follow(
-    client: Any, job_id: str, out: Path | None, *, t0: float | None = None, idle_timeout_s: float = 120.0
+    client: Any,
+    job_id: str,
+    out: Path | None,
+    *,
+    t0: float | None = None,
+    idle_timeout_s: float | None = None,
 ) -> int:
-    """Print every chunk as it arrives, write the audio, print the result; exit 0 only on ``eos``."""
+    """Print every chunk as it arrives, write the audio, print the result. Exit 0 on ``eos``; 2 when
+    the job ended with an error that blames the input; 1 otherwise (also when nothing arrives within
+    ``idle_timeout_s``, default the config's, naming the reason: no worker serves the queue)."""
     from voxcast.serving.rq.client import StreamCapture
 
+    idle = idle_timeout_s if idle_timeout_s is not None else client.config.follow_idle_timeout_s
+    _warn_if_unserved(client, job_id, idle)
     capture = StreamCapture()
     try:
-        for entry in client.follow(job_id, idle_timeout_s=idle_timeout_s):
+        for entry in client.follow(job_id, idle_timeout_s=idle):
             capture.add(entry)
             _print_entry(entry, t0 if t0 is not None else capture.first_received_ts or entry.received_ts)
     except StreamTimeout as e:
-        print(f"error: {e} (job status: {client.status(job_id)['status']})", file=sys.stderr)
-        return 1
+        queue = client.unserved_queue(job_id)
+        if queue is not None:
+            raise CommandError(
+                f"job {job_id} still queued after {idle:g} s: no worker serves queue {queue!r} "
+                f"(start one: voxcast worker --queues {queue})"
+            ) from e
+        raise CommandError(f"{e} (job status: {client.status(job_id)['status']})") from e
     if out is not None and capture.chunks:
         _write_audio(out, capture)
     print(json.dumps({"status": capture.status, **capture.result}, indent=2, default=str))
-    return 0 if capture.status == EntryType.EOS.value else 1
+    if capture.status == EntryType.EOS.value:
+        return 0
+    return exit_code_of(capture.result if capture.status == EntryType.ERROR.value else None)
 
 
 def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
@@ -357,14 +395,16 @@ def run_register_voice(args: argparse.Namespace) -> int:
 
 
 def _wait_and_print(client: Any, job_id: str, timeout_s: float = 3600.0) -> int:
+    """Wait for the job's result and print it; exit 2 when it failed on its input, 1 on another failure."""
     from voxcast.serving.rq.client import JobFailed
 
+    _warn_if_unserved(client, job_id, timeout_s)
     try:
         print(json.dumps(client.wait(job_id, timeout_s=timeout_s), indent=2, default=str))
         return 0
     except JobFailed as e:
         print(json.dumps({"error": e.error or {"message": str(e)}, "status": e.status}), file=sys.stderr)
-        return 1
+        return exit_code_of(e.error)
 
 
 # -- prerender ---------------------------------------------------------------------------------------
