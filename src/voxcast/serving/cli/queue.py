@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 import redis
 
+from voxcast.audio.files import OutputFile, output_file
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
 from voxcast.serving.cli.errors import CommandError, describe, exit_code_of
@@ -50,8 +52,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--voice", help="CustomVoice speaker or a registered voice id (vx_...)")
     p.add_argument("--language", help="language name or auto (default auto)")
     p.add_argument("--instruct", help="style instruction / voice description")
-    p.add_argument("--format", default="wav", help="response format (default wav)")
-    p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
+    p.add_argument(
+        "--format", help="response format (default: --out's extension, else wav; with --out they must agree)"
+    )
+    p.add_argument(
+        "--sample-rate",
+        type=int,
+        help="output rate in Hz (default: --out's extension's, e.g. .ulaw 8000; else 24000)",
+    )
     p.add_argument(
         "--seed", type=int, help="sampling seed: the same seed gives the same audio (and cacheable)"
     )
@@ -61,7 +69,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--request", help="extra request fields as JSON (merged last)")
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--follow", action="store_true", help="read the stream as it grows")
-    p.add_argument("--out", type=Path, help="write the audio here (implies --follow)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write the audio here (implies --follow); the extension picks the format as for synth "
+        "(.wav .mp3 .flac .opus .aac .pcm, Asterisk's raw .ulaw .alaw .sln .sln16 ...)",
+    )
     _idle_timeout_arg(p)
     p.set_defaults(func=run_enqueue)
 
@@ -245,11 +258,11 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- enqueue / listen ----------------------------------------------------------------------------------
-def _request(args: argparse.Namespace) -> dict[str, Any]:
+def _request(args: argparse.Namespace, out: OutputFile) -> dict[str, Any]:
     req: dict[str, Any] = {
         "text": args.text,
-        "response_format": args.format,
-        "sample_rate": args.sample_rate,
+        "response_format": out.format.value,
+        "sample_rate": out.sample_rate,
         "cache": not args.no_cache,
     }
     for key in ("voice", "language", "instruct", "seed", "max_frames"):
@@ -268,11 +281,26 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     return req
 
 
+def _output(args: argparse.Namespace) -> OutputFile:
+    """The format and rate to request: from ``--out`` (its extension, checked against ``--format`` and
+    ``--sample-rate``; its directory must exist) or the flags alone."""
+    if args.out is None:
+        fmt = args.format or "wav"
+        try:
+            return OutputFile(AudioFormat(fmt), args.sample_rate or NATIVE_SAMPLE_RATE)
+        except ValueError as e:
+            raise InvalidRequest(f"unknown format {fmt!r}", field="format") from e
+    if not args.out.parent.is_dir():
+        raise InvalidRequest(f"no such directory: {args.out.parent}", field="out")
+    return output_file(args.out, args.format, args.sample_rate)
+
+
 def run_enqueue(args: argparse.Namespace) -> int:
     client = _client(args)
     try:
         t0 = time.time()
-        job_id = client.enqueue(_request(args), queue=args.queue)
+        out = _output(args)
+        job_id = client.enqueue(_request(args, out), queue=args.queue)
     except VoxcastError as e:
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
         return 2
@@ -352,13 +380,20 @@ def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
 
 
 def _write_audio(out: Path, capture: Any) -> None:
+    """Write the followed audio as ``out``'s extension asks (a G.711 ``.wav`` or a raw ``.ulaw``...).
+
+    Raises:
+        InvalidRequest: the job's format or rate is not what ``out``'s name holds (``listen --out``).
+    """
     from voxcast.audio.encode import stream_to_file
-    from voxcast.audio.formats import AudioFormat
 
     first = capture.chunks[0]
     fmt = AudioFormat(first.format)
+    spec = (
+        output_file(out, fmt.value, first.sample_rate) if out.suffix else OutputFile(fmt, first.sample_rate)
+    )
     data = capture.audio
-    if capture.gaps == 0:
+    if capture.gaps == 0 and not spec.raw:
         data = stream_to_file(fmt, first.sample_rate, data)
     out.write_bytes(data)
     print(f"wrote {out} ({len(data)} bytes, {fmt.value} {first.sample_rate} Hz)", file=sys.stderr)
