@@ -121,8 +121,8 @@ def output_file(
 
 
 def raw_samples(file: bytes, format: AudioFormat) -> bytes:
-    """The samples of a complete ``pcm``, ``mulaw`` or ``alaw`` file without any container (a G.711
-    file is a WAV: its ``data`` chunk; a ``pcm`` file already is raw).
+    """The samples of a complete ``pcm``, ``wav``, ``mulaw`` or ``alaw`` file without any container
+    (a WAV's and a G.711 file's ``data`` chunk; a ``pcm`` file already is raw).
 
     Raises:
         ValueError: a format that has no headerless form, or a G.711 file that is not a WAV.
@@ -130,7 +130,7 @@ def raw_samples(file: bytes, format: AudioFormat) -> bytes:
     fmt = AudioFormat(format)
     if fmt == AudioFormat.PCM:
         return file
-    if fmt not in (AudioFormat.MULAW, AudioFormat.ALAW):
+    if fmt not in _WAV_HOLDS:
         raise ValueError(f"{fmt.value} has no headerless form")
     start, size = data_span(file[:4096])
     return file[start : start + size] if size is not None else file[start:]
