@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "INPUT_ERROR_CODES",
     "Cancelled",
     "CheckpointError",
     "EngineUnavailable",
@@ -78,3 +79,8 @@ class Cancelled(VoxcastError):
     """The request was cancelled by its caller."""
 
     code = "cancelled"
+
+
+INPUT_ERROR_CODES = frozenset({InvalidRequest.code, VoiceNotFound.code, InvalidVoicePrompt.code})
+"""The ``code`` of every error that blames the caller's input (an :class:`InvalidRequest`): a
+command that reads such an error from a job's result exits 2, like one that finds it itself."""

@@ -670,7 +670,8 @@ class Service:
         if timing.finish_reason != "cancelled" and whole:
             whole_file, error = self._stored_file(streamed, encoder, marked, timing)
             s.file = whole_file if s.keep_file else None
-            if persist and whole_file is not None:
+            # a runaway is never cached, so a request that does not store (synth) keeps it nowhere
+            if (s._store or (key is not None and not timing.runaway)) and whole_file is not None:
                 audio_key, error = self._persist(s, key, whole_file, timing, audio_s)
         error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), audio_s, audio_key, voice_id, error)

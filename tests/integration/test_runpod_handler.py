@@ -302,7 +302,7 @@ def test_local_one_shot_mode_iterates_the_generator(service: Any, tmp_path: Path
     assert run_local(_handler(service), ["--test_input", job, "--audio_out", str(out)], tmp_path) == 0
     final = json.loads(capsys.readouterr().out)
     assert final["done"] and out.read_bytes()[:4] == b"RIFF" and len(out.read_bytes()) == final["bytes"]
-    assert run_local(_handler(service), ["--test_input", json.dumps({"input": {"text": ""}})], tmp_path) == 1
+    assert run_local(_handler(service), ["--test_input", json.dumps({"input": {"text": ""}})], tmp_path) == 2
     assert run_local(_handler(service), [], tmp_path) == 2  # no test_input.json in tmp_path
     with pytest.raises(ValueError, match="input"):
         load_job('{"text": "no input key"}', tmp_path)

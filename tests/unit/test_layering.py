@@ -27,7 +27,13 @@ FORBIDDEN = ("runpod", "rq", "boto3", "botocore", "redis", "fastapi", "starlette
 #: Packages (under voxcast.) a model may import.
 MODEL_MAY_IMPORT = ("voxcast.models", "voxcast.kernels", "voxcast.errors", "voxcast.audio", "voxcast.lru")
 #: What of voxcast.models everything outside it may import.
-MODEL_API = ("voxcast.models.base", "voxcast.models.registry", "voxcast.models.hub", "voxcast.models")
+MODEL_API = (
+    "voxcast.models.base",
+    "voxcast.models.sampling",
+    "voxcast.models.registry",
+    "voxcast.models.hub",
+    "voxcast.models",
+)
 
 
 def _module_name(root: Path, path: Path) -> str:

@@ -15,15 +15,27 @@ from voxcast.audio.loudness import normalize_loudness, true_peak_dbfs
 from voxcast.errors import InvalidRequest
 from voxcast.prerender.gate import GateSettings, check_render, script_of
 from voxcast.prerender.levels import Leveled, encode_leveled
-from voxcast.prerender.presets import PRESETS, PostProcess, postprocess
+from voxcast.prerender.presets import PRESETS, PostProcess, Preset, postprocess
 from voxcast.testing.signals import speech_like
 
 TARGET, CEILING = -19.0, -1.0
 
 
-def _measure(data: bytes) -> tuple[float, float, int]:
-    """pyloudnorm's loudness and the true peak of a stored file, read back with soundfile."""
-    x, sr = sf.read(io.BytesIO(data), dtype="float64")
+_RAW_SUBTYPES = {"mulaw": "ULAW", "alaw": "ALAW", "pcm": "PCM_16"}
+
+
+def _measure(data: bytes, preset: Preset | None = None) -> tuple[float, float, int]:
+    """pyloudnorm's loudness and the true peak of a stored file, read back with soundfile (a raw
+    preset's headerless file as libsndfile's RAW format of its encoding and rate, as sox reads it)."""
+    raw = {}
+    if preset is not None and preset.raw:
+        raw = {
+            "format": "RAW",
+            "subtype": _RAW_SUBTYPES[preset.sample_format],
+            "samplerate": preset.sample_rate,
+        }
+        raw |= {"channels": 1, "endian": "LITTLE"}
+    x, sr = sf.read(io.BytesIO(data), dtype="float64", **raw)
     return float(pyloudnorm.Meter(sr).integrated_loudness(x)), true_peak_dbfs(x.astype(np.float32), sr), sr
 
 
@@ -32,8 +44,10 @@ def test_every_preset_file_measures_the_target_and_records_what_was_measured(nam
     preset = PRESETS[name]
     pcm, _ = postprocess(speech_like(3.0, seed=1), PostProcess())
     out = encode_leveled(pcm, preset, TARGET, CEILING)
-    lufs, peak, sr = _measure(out.data)
-    assert sr == preset.sample_rate
+    lufs, peak, sr = _measure(out.data, preset)
+    assert sr == preset.sample_rate and (out.data[:4] == b"RIFF") == (
+        preset.format.value in ("wav", "mulaw", "alaw") and not preset.raw
+    )
     assert out.loudness_lufs == pytest.approx(lufs, abs=0.02) and out.true_peak_dbtp == pytest.approx(
         peak, abs=0.02
     )

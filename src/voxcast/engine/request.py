@@ -21,7 +21,7 @@ from voxcast.audio.formats import NATIVE_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, Au
 from voxcast.audio.stretch import check_speed
 from voxcast.errors import InvalidRequest
 from voxcast.ids import REQUEST_ID_RE, REQUEST_ID_RULE, check_request_id, request_id_for
-from voxcast.models.base import SamplingParams
+from voxcast.models.sampling import SamplingParams
 from voxcast.text.normalize import normalize_text
 
 __all__ = [

@@ -38,7 +38,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+
+from voxcast.models.sampling import SamplingParams  # torch-free, re-exported here
 
 from voxcast.models.family import ModelFamily, Setting, TestCheckpoints, int_in, on_off_auto
 
@@ -63,19 +64,6 @@ __all__ = [
     "int_in",
     "on_off_auto",
 ]
-
-
-class SamplingParams(BaseModel):
-    """Sampling settings of one request (official Qwen3-TTS defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    temperature: float = Field(0.9, gt=0.0, le=2.0)
-    top_k: int = Field(50, ge=0, le=4096, description="0 disables top-k")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    repetition_penalty: float = Field(1.05, ge=1.0, le=2.0)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="fixed seed: reproducible output")
-    greedy: bool = Field(False, description="argmax decoding (ignores temperature/top-k/top-p)")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,24 @@ preset        file                                     typical use
 ``opus16k``   16 kHz Ogg Opus (optional)               WebRTC / low bandwidth
 ============  =======================================  ==========================
 
+Presets named for the system that plays the files (docs/telephony.md), each written as that system
+reads it:
+
+====================  ==============================================  ===============================
+preset                file                                            played by
+====================  ==============================================  ===============================
+``asterisk-ulaw``     ``.ulaw``: raw G.711 mu-law, 8 kHz, no header   Asterisk ``Playback(name)``
+``asterisk-alaw``     ``.alaw``: raw G.711 A-law, 8 kHz, no header    Asterisk (A-law trunks)
+``asterisk-sln``      ``.sln``: raw 16-bit LE PCM, 8 kHz              Asterisk (transcodes to any codec)
+``asterisk-sln16``    ``.sln16``: raw 16-bit LE PCM, 16 kHz           Asterisk wideband (G.722, Opus)
+``freeswitch-8k``     8 kHz 16-bit PCM WAV                            FreeSWITCH ``playback``
+``freeswitch-16k``    16 kHz 16-bit PCM WAV                           FreeSWITCH wideband
+``twilio-wav``        8 kHz G.711 mu-law WAV (format tag 7)           Twilio ``<Play>`` (no transcode)
+``twilio-mp3``        24 kHz MP3                                      Twilio ``<Play>``
+====================  ==============================================  ===============================
+
+A raw preset is encoded and measured as a WAV of the same samples, then stored without the header.
+
 Loudness: default target **-19 LUFS** integrated (ITU-R BS.1770), set and measured on each preset's
 encoded file, with a **-1 dBTP true-peak** ceiling (4x oversampled: G.711 has no headroom above full
 scale, and a PBX that resamples turns inter-sample peaks into clipping). Telephony prompt libraries
@@ -33,6 +51,7 @@ import numpy as np
 from scipy.signal import butter, sosfiltfilt
 
 from voxcast.audio.encode import encode_file
+from voxcast.audio.files import raw_samples
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat, file_content_type, file_extension
 from voxcast.audio.loudness import DEFAULT_PEAK_LIMIT_DBFS, integrated_loudness, rounded_db
 from voxcast.audio.trim import DEFAULT_PAD_MS, fade, trim_silence
@@ -62,22 +81,47 @@ G.711 without it). Telephony passes 300-3400 Hz, wideband 50-7000 Hz."""
 
 @dataclass(frozen=True)
 class Preset:
-    """One output variant of every prompt."""
+    """One output variant of every prompt.
+
+    Attributes:
+        name: the preset's name (the library's folder for its files).
+        format: the format it is encoded (and measured) in; a raw preset's is a WAV of its samples.
+        sample_rate: output rate.
+        raw: store the samples without the WAV header (Asterisk's ``.ulaw``, ``.sln``...).
+        raw_extension: the extension of a raw preset's files.
+    """
 
     name: str
     format: AudioFormat
     sample_rate: int
+    raw: bool = False
+    raw_extension: str = ""
 
     @property
     def extension(self) -> str:
-        return file_extension(self.format)
+        return self.raw_extension if self.raw else file_extension(self.format)
+
+    @property
+    def sample_format(self) -> str:
+        """What the stored bytes are: the format, or for a raw preset the samples' encoding."""
+        return "pcm" if self.raw and self.format == AudioFormat.WAV else self.format.value
 
     @property
     def content_type(self) -> str:
+        if self.raw:
+            return _RAW_TYPES.get(self.format, f"audio/L16; rate={self.sample_rate}; endianness=little-endian")
         return file_content_type(self.format)
 
+    def file(self, encoded: bytes) -> bytes:
+        """The stored file from the encoded one: a raw preset's samples alone (no WAV header)."""
+        return raw_samples(encoded, self.format) if self.raw else encoded
+
     def to_dict(self) -> dict[str, Any]:
-        return {"format": self.format.value, "sample_rate": self.sample_rate, "extension": self.extension}
+        out = {"format": self.sample_format, "sample_rate": self.sample_rate, "extension": self.extension}
+        return out | ({"raw": True} if self.raw else {})
+
+
+_RAW_TYPES = {AudioFormat.MULAW: "audio/basic", AudioFormat.ALAW: "audio/x-alaw-basic"}
 
 
 PRESETS: dict[str, Preset] = {
@@ -91,6 +135,15 @@ PRESETS: dict[str, Preset] = {
         Preset("mp3", AudioFormat.MP3, 24000),
         Preset("flac24k", AudioFormat.FLAC, 24000),
         Preset("opus16k", AudioFormat.OPUS, 16000),
+        # named for the system that plays them (see the module docstring)
+        Preset("asterisk-ulaw", AudioFormat.MULAW, 8000, raw=True, raw_extension="ulaw"),
+        Preset("asterisk-alaw", AudioFormat.ALAW, 8000, raw=True, raw_extension="alaw"),
+        Preset("asterisk-sln", AudioFormat.WAV, 8000, raw=True, raw_extension="sln"),
+        Preset("asterisk-sln16", AudioFormat.WAV, 16000, raw=True, raw_extension="sln16"),
+        Preset("freeswitch-8k", AudioFormat.WAV, 8000),
+        Preset("freeswitch-16k", AudioFormat.WAV, 16000),
+        Preset("twilio-wav", AudioFormat.MULAW, 8000),
+        Preset("twilio-mp3", AudioFormat.MP3, 24000),
     )
 }
 
@@ -177,5 +230,5 @@ def highpass(pcm: np.ndarray, sample_rate: int, corner_hz: float) -> np.ndarray:
 
 
 def encode_preset(pcm: np.ndarray, preset: Preset, sample_rate: int = NATIVE_SAMPLE_RATE) -> bytes:
-    """The complete file of ``pcm`` in ``preset``."""
-    return encode_file(pcm, preset.format, preset.sample_rate, input_rate=sample_rate)
+    """The complete file of ``pcm`` in ``preset`` (a raw preset's samples alone)."""
+    return preset.file(encode_file(pcm, preset.format, preset.sample_rate, input_rate=sample_rate))

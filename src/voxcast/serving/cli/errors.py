@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from voxcast.errors import InvalidRequest, VoxcastError
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["CommandError", "describe"]
+from voxcast.errors import INPUT_ERROR_CODES, InvalidRequest, VoxcastError
+
+__all__ = ["CommandError", "describe", "exit_code_of"]
 
 
 class CommandError(Exception):
@@ -29,3 +32,9 @@ def describe(e: Exception) -> tuple[int, str]:
     if isinstance(e, (OSError, ValueError)):
         return 2, f"{e}"
     return 1, f"{type(e).__name__}: {e}"
+
+
+def exit_code_of(error: Mapping[str, Any] | None) -> int:
+    """Exit code of a job that ended with the structured ``error`` (``{"code", "message", "field"}``):
+    2 when it blames the input (a worker found the voice unknown, the audio unreadable), else 1."""
+    return 2 if error is not None and error.get("code") in INPUT_ERROR_CODES else 1

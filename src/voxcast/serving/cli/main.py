@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -42,12 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit code of a command whose standard output was closed early (128 + SIGPIPE, as a shell reports).
+_SIGPIPE_EXIT = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not fail again
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
     Exit codes: 0 success; 1 the work failed (a failed job, a service that cannot be reached); 2 bad
     input (arguments, request fields, files); 3 a prerender finished with failed prompts; 130
-    interrupted. Errors are one line on stderr (credentials in URLs redacted), never a traceback,
+    interrupted; 141 the reader of standard output went away (``voxcast status JOB | head -1``: the
+    shell's code for a pipe closed early, and nothing printed about it). Errors are one line on stderr (credentials in URLs redacted), never a traceback,
     unless ``--log-level DEBUG``.
     """
     parser = build_parser()
@@ -57,7 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit (where Python would print it)
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return _SIGPIPE_EXIT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

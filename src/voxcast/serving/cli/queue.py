@@ -25,9 +25,11 @@ from typing import Any, TextIO
 
 import redis
 
+from voxcast.audio.files import OutputFile, output_file
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
-from voxcast.serving.cli.errors import CommandError, describe
+from voxcast.serving.cli.errors import CommandError, describe, exit_code_of
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
 
@@ -50,8 +52,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--voice", help="CustomVoice speaker or a registered voice id (vx_...)")
     p.add_argument("--language", help="language name or auto (default auto)")
     p.add_argument("--instruct", help="style instruction / voice description")
-    p.add_argument("--format", default="wav", help="response format (default wav)")
-    p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
+    p.add_argument(
+        "--format", help="response format (default: --out's extension, else wav; with --out they must agree)"
+    )
+    p.add_argument(
+        "--sample-rate",
+        type=int,
+        help="output rate in Hz (default: --out's extension's, e.g. .ulaw 8000; else 24000)",
+    )
     p.add_argument(
         "--seed", type=int, help="sampling seed: the same seed gives the same audio (and cacheable)"
     )
@@ -61,16 +69,20 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--request", help="extra request fields as JSON (merged last)")
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--follow", action="store_true", help="read the stream as it grows")
-    p.add_argument("--out", type=Path, help="write the audio here (implies --follow)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write the audio here (implies --follow); the extension picks the format as for synth "
+        "(.wav .mp3 .flac .opus .aac .pcm, Asterisk's raw .ulaw .alaw .sln .sln16 ...)",
+    )
+    _idle_timeout_arg(p)
     p.set_defaults(func=run_enqueue)
 
     p = sub.add_parser("listen", help="replay a job's stream from the start (then follow it live)")
     _redis_args(p)
     p.add_argument("job_id", help="the job id enqueue printed")
     p.add_argument("--out", type=Path, help="write the audio here")
-    p.add_argument(
-        "--idle-timeout", type=float, default=120.0, help="give up after this many seconds without an entry"
-    )
+    _idle_timeout_arg(p)
     p.set_defaults(func=run_listen)
 
     p = sub.add_parser("status", help="print a job's status, meta and result")
@@ -145,6 +157,15 @@ def _gate(args: argparse.Namespace) -> Any:
     if args.attempts is not None:
         gate["max_attempts"] = args.attempts
     return gate or None
+
+
+def _idle_timeout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="give up after this many seconds without a stream entry, saying why (no worker serves the "
+        "queue, or the job's status); default VOXCAST_FOLLOW_IDLE_TIMEOUT_S or 120",
+    )
 
 
 def _redis_args(p: argparse.ArgumentParser) -> None:
@@ -243,11 +264,11 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- enqueue / listen ----------------------------------------------------------------------------------
-def _request(args: argparse.Namespace) -> dict[str, Any]:
+def _request(args: argparse.Namespace, out: OutputFile) -> dict[str, Any]:
     req: dict[str, Any] = {
         "text": args.text,
-        "response_format": args.format,
-        "sample_rate": args.sample_rate,
+        "response_format": out.format.value,
+        "sample_rate": out.sample_rate,
         "cache": not args.no_cache,
     }
     for key in ("voice", "language", "instruct", "seed", "max_frames"):
@@ -266,42 +287,87 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     return req
 
 
+def _output(args: argparse.Namespace) -> OutputFile:
+    """The format and rate to request: from ``--out`` (its extension, checked against ``--format`` and
+    ``--sample-rate``; its directory must exist) or the flags alone."""
+    if args.out is None:
+        fmt = args.format or "wav"
+        try:
+            return OutputFile(AudioFormat(fmt), args.sample_rate or NATIVE_SAMPLE_RATE)
+        except ValueError as e:
+            raise InvalidRequest(f"unknown format {fmt!r}", field="format") from e
+    if not args.out.parent.is_dir():
+        raise InvalidRequest(f"no such directory: {args.out.parent}", field="out")
+    return output_file(args.out, args.format, args.sample_rate)
+
+
 def run_enqueue(args: argparse.Namespace) -> int:
     client = _client(args)
     try:
         t0 = time.time()
-        job_id = client.enqueue(_request(args), queue=args.queue)
+        out = _output(args)
+        job_id = client.enqueue(_request(args, out), queue=args.queue)
     except VoxcastError as e:
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
         return 2
-    print(job_id)
+    print(job_id, flush=True)
     if not (args.follow or args.out):
         return 0
-    return _follow(client, job_id, args.out, t0=t0)
+    return _follow(client, job_id, args.out, t0=t0, idle_timeout_s=args.idle_timeout)
 
 
 def run_listen(args: argparse.Namespace) -> int:
-    return _follow(_client(args), args.job_id, args.out, idle_timeout_s=args.idle_timeout)
+    client = _client(args)
+    if not client.exists(args.job_id):
+        raise CommandError(f"no such job {args.job_id!r} (unknown or expired)")
+    return _follow(client, args.job_id, args.out, idle_timeout_s=args.idle_timeout)
+
+
+def _warn_if_unserved(client: Any, job_id: str, idle_timeout_s: float) -> None:
+    queue = client.unserved_queue(job_id)
+    if queue is not None:
+        print(
+            f"waiting: no worker serves queue {queue!r} (start one: voxcast worker --queues {queue}); "
+            f"giving up after {idle_timeout_s:g} s without news",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _follow(
-    client: Any, job_id: str, out: Path | None, *, t0: float | None = None, idle_timeout_s: float = 120.0
+    client: Any,
+    job_id: str,
+    out: Path | None,
+    *,
+    t0: float | None = None,
+    idle_timeout_s: float | None = None,
 ) -> int:
-    """Print every chunk as it arrives, write the audio, print the result; exit 0 only on ``eos``."""
+    """Print every chunk as it arrives, write the audio, print the result. Exit 0 on ``eos``; 2 when
+    the job ended with an error that blames the input; 1 otherwise (also when nothing arrives within
+    ``idle_timeout_s``, default the config's, naming the reason: no worker serves the queue)."""
     from voxcast.serving.rq.client import StreamCapture
 
+    idle = idle_timeout_s if idle_timeout_s is not None else client.config.follow_idle_timeout_s
+    _warn_if_unserved(client, job_id, idle)
     capture = StreamCapture()
     try:
-        for entry in client.follow(job_id, idle_timeout_s=idle_timeout_s):
+        for entry in client.follow(job_id, idle_timeout_s=idle):
             capture.add(entry)
             _print_entry(entry, t0 if t0 is not None else capture.first_received_ts or entry.received_ts)
     except StreamTimeout as e:
-        print(f"error: {e} (job status: {client.status(job_id)['status']})", file=sys.stderr)
-        return 1
+        queue = client.unserved_queue(job_id)
+        if queue is not None:
+            raise CommandError(
+                f"job {job_id} still queued after {idle:g} s: no worker serves queue {queue!r} "
+                f"(start one: voxcast worker --queues {queue})"
+            ) from e
+        raise CommandError(f"{e} (job status: {client.status(job_id)['status']})") from e
     if out is not None and capture.chunks:
         _write_audio(out, capture)
     print(json.dumps({"status": capture.status, **capture.result}, indent=2, default=str))
-    return 0 if capture.status == EntryType.EOS.value else 1
+    if capture.status == EntryType.EOS.value:
+        return 0
+    return exit_code_of(capture.result if capture.status == EntryType.ERROR.value else None)
 
 
 def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
@@ -320,13 +386,20 @@ def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
 
 
 def _write_audio(out: Path, capture: Any) -> None:
+    """Write the followed audio as ``out``'s extension asks (a G.711 ``.wav`` or a raw ``.ulaw``...).
+
+    Raises:
+        InvalidRequest: the job's format or rate is not what ``out``'s name holds (``listen --out``).
+    """
     from voxcast.audio.encode import stream_to_file
-    from voxcast.audio.formats import AudioFormat
 
     first = capture.chunks[0]
     fmt = AudioFormat(first.format)
+    spec = (
+        output_file(out, fmt.value, first.sample_rate) if out.suffix else OutputFile(fmt, first.sample_rate)
+    )
     data = capture.audio
-    if capture.gaps == 0:
+    if capture.gaps == 0 and not spec.raw:
         data = stream_to_file(fmt, first.sample_rate, data)
     out.write_bytes(data)
     print(f"wrote {out} ({len(data)} bytes, {fmt.value} {first.sample_rate} Hz)", file=sys.stderr)
@@ -363,14 +436,16 @@ def run_register_voice(args: argparse.Namespace) -> int:
 
 
 def _wait_and_print(client: Any, job_id: str, timeout_s: float = 3600.0) -> int:
+    """Wait for the job's result and print it; exit 2 when it failed on its input, 1 on another failure."""
     from voxcast.serving.rq.client import JobFailed
 
+    _warn_if_unserved(client, job_id, timeout_s)
     try:
         print(json.dumps(client.wait(job_id, timeout_s=timeout_s), indent=2, default=str))
         return 0
     except JobFailed as e:
         print(json.dumps({"error": e.error or {"message": str(e)}, "status": e.status}), file=sys.stderr)
-        return 1
+        return exit_code_of(e.error)
 
 
 # -- prerender ---------------------------------------------------------------------------------------

@@ -17,23 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from voxcast.audio.formats import AudioFormat
+from voxcast.audio.files import OutputFile, output_file, raw_samples
+from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
+from voxcast.audio.wav import WavCodec
+from voxcast.errors import InvalidRequest
 from voxcast.serving.cli.errors import CommandError
 
 __all__ = ["add_parsers"]
-
-_EXTENSIONS = {
-    ".wav": AudioFormat.WAV,
-    ".flac": AudioFormat.FLAC,
-    ".mp3": AudioFormat.MP3,
-    ".raw": AudioFormat.PCM,
-    ".pcm": AudioFormat.PCM,
-    ".ulaw": AudioFormat.MULAW,
-    ".mulaw": AudioFormat.MULAW,
-    ".alaw": AudioFormat.ALAW,
-    ".opus": AudioFormat.OPUS,
-    ".ogg": AudioFormat.OPUS,
-}
 
 
 def add_parsers(sub: Any) -> None:
@@ -64,7 +54,11 @@ def add_parsers(sub: Any) -> None:
         "is always fed this way",
     )
     p.add_argument(
-        "--out", required=True, help="output file; the extension picks the format ('-' with --stdin: stdout)"
+        "--out",
+        required=True,
+        help="output file; the extension picks the format: .wav .mp3 .flac .opus .aac, raw .pcm, and "
+        "Asterisk's headerless .ulaw .alaw (8 kHz) .sln .sln16 ... (docs/telephony.md); '-' with "
+        "--stdin: stdout",
     )
     p.add_argument("--model", help="checkpoint directory or hub id (default: VOXCAST_MODEL)")
     p.add_argument("--voice", help="named speaker (CustomVoice) or registered voice id")
@@ -76,11 +70,19 @@ def add_parsers(sub: Any) -> None:
         "--seed", type=int, help="sampling seed: the same seed gives the same audio (and cacheable)"
     )
     p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic, cacheable)")
-    p.add_argument("--sample-rate", type=int, default=24000, help="output rate in Hz (default 24000)")
+    p.add_argument(
+        "--sample-rate",
+        type=int,
+        help="output rate in Hz (default: the extension's, e.g. .sln16 16000; else 24000)",
+    )
     p.add_argument(
         "--speed", type=float, help="speaking rate 0.25-4.0 (the audio time-stretched, pitch kept; default 1)"
     )
-    p.add_argument("--format", choices=[f.value for f in AudioFormat], help="override the extension")
+    p.add_argument(
+        "--format",
+        choices=[f.value for f in AudioFormat],
+        help="for a name without a known extension; with one it must agree (.wav also holds mulaw, alaw)",
+    )
     p.add_argument("--device", help="auto, cpu, cuda (default: VOXCAST_DEVICE)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 (default: VOXCAST_DTYPE)")
     p.add_argument(
@@ -109,15 +111,24 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
 
 
 _STDIN_FORMATS = (AudioFormat.WAV, AudioFormat.PCM, AudioFormat.MULAW, AudioFormat.ALAW)
+#: WAVE format tag of each format a ``.wav`` file written by ``--stdin`` can hold (voxcast.audio.wav).
+_WAV_CODECS = {
+    AudioFormat.WAV: WavCodec.PCM16,
+    AudioFormat.MULAW: WavCodec.MULAW,
+    AudioFormat.ALAW: WavCodec.ALAW,
+    AudioFormat.PCM: WavCodec.PCM16,
+}
 
 
-def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> int:
+def _speak_stdin(args: argparse.Namespace, out: OutputFile, service: Any) -> int:
     """``--stdin``: the text spoken as it arrives (word by word in one utterance, or sentence by
     sentence), its audio appended to the output as it is generated; one JSON line per utterance or
     sentence on stderr, a summary on stdout."""
-    from voxcast.audio.wav import WavCodec, finalize_stream, stream_header
+    from voxcast.audio.wav import finalize_stream, stream_header
     from voxcast.text.incremental import SentenceBuffer
 
+    fmt = out.format
+    header = None if out.raw or args.out == "-" else _WAV_CODECS[fmt]  # a .wav: its header first
     fields = _request(args, AudioFormat.PCM if fmt == AudioFormat.WAV else fmt)
     fields.pop("text")
     to_stdout = args.out == "-"
@@ -126,8 +137,8 @@ def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> in
     t0 = time.perf_counter()
     sentences: list[dict[str, Any]] = []
     try:
-        if fmt == AudioFormat.WAV:
-            sink.write(stream_header(WavCodec.PCM16, args.sample_rate))
+        if header is not None:
+            sink.write(stream_header(header, args.sample_rate))
 
         def speak(stream: Any, kind: str) -> None:
             for chunk in stream:
@@ -171,7 +182,7 @@ def _speak_stdin(args: argparse.Namespace, fmt: AudioFormat, service: Any) -> in
     finally:
         if not to_stdout:
             sink.close()
-    if fmt == AudioFormat.WAV and not to_stdout:
+    if header is not None:
         path = Path(args.out)
         path.write_bytes(finalize_stream(path.read_bytes()))  # the true sizes in the header
     summary = {
@@ -203,6 +214,25 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
     return req
 
 
+def _check_out(out: Path, ref_audio: Path | None) -> None:
+    """Refuse, before anything loads, an output that cannot be written or that is an input.
+
+    Raises:
+        InvalidRequest: ``out`` is in a missing or read-only directory, is a directory, or is the
+            reference audio (field ``out``).
+    """
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidRequest(f"no such directory: {parent}", field="out")
+    if out.is_dir() or not os.access(parent, os.W_OK):
+        raise InvalidRequest(f"cannot write {out}", field="out")
+    if ref_audio is not None and out.resolve() == ref_audio.resolve():
+        raise InvalidRequest(
+            f"{out} is also --ref-audio: writing it would destroy the reference; choose another --out",
+            field="out",
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from voxcast.audio.encode import stream_to_file
     from voxcast.engine.request import parse_request
@@ -211,11 +241,12 @@ def run(args: argparse.Namespace) -> int:
     if (args.text is None) == (not args.stdin):
         raise CommandError("give the text, or --stdin to read it as it arrives (not both)", code=2)
     out = Path(args.out)
-    fmt = AudioFormat(args.format) if args.format else _EXTENSIONS.get(out.suffix.lower())
-    if fmt is None and args.stdin and args.out == "-":
-        fmt = AudioFormat.PCM
-    if fmt is None:
-        raise CommandError(f"cannot tell the format from {out.suffix!r}; use --format", code=2)
+    if args.stdin and args.out == "-":
+        spec = OutputFile(AudioFormat(args.format or "pcm"), args.sample_rate or NATIVE_SAMPLE_RATE, raw=True)
+    else:
+        spec = output_file(out, args.format, args.sample_rate)
+        _check_out(out, args.ref_audio)
+    args.sample_rate, fmt = spec.sample_rate, spec.format
     if args.stdin:
         if fmt not in _STDIN_FORMATS:
             raise CommandError("--stdin writes wav, pcm, mulaw or alaw (audio that can be appended)", code=2)
@@ -224,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         parse_request({**_request(args, fmt), "text": "x"})  # bad arguments fail before loading
         service = Service.load(ServiceConfig.from_env(_env(args)))
         try:
-            return _speak_stdin(args, fmt, service)
+            return _speak_stdin(args, spec, service)
         finally:
             service.close()
     request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
@@ -242,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
             )
         body = b"".join(parts)
         whole = stream.file if stream.file is not None else stream_to_file(fmt, args.sample_rate, body)
+        if spec.raw:  # Asterisk's .ulaw / .sln ...: the samples alone
+            whole = raw_samples(whole, fmt)
         out.write_bytes(whole if parts else b"")
         result = stream.result
         assert result is not None

@@ -344,6 +344,24 @@ class QueueClient:
             "exc": latest.exc_string if latest is not None and failed else None,
         }
 
+    def exists(self, job_id: str) -> bool:
+        """Whether the job or its stream is still in Redis (a stream can outlive its job's result)."""
+        return self.status(job_id)["status"] != "unknown" or bool(self.redis.exists(stream_key(job_id)))
+
+    def unserved_queue(self, job_id: str) -> str | None:
+        """The queue of a job that waits there while no worker listens on it, else None (the job
+        runs, has ended, is unknown, or a worker serves its queue)."""
+        from rq import Worker
+
+        try:
+            job = self.job(job_id)
+        except NoSuchJobError:
+            return None
+        if job.get_status(refresh=False) is not JobStatus.QUEUED:
+            return None
+        queue = self.queue(job.origin)
+        return None if Worker.all(connection=self.redis, queue=queue) else job.origin
+
     def wait(self, job_id: str, timeout_s: float = 300.0, poll_s: float = 0.05) -> dict[str, Any]:
         """Block until the job ends; return its result.
 

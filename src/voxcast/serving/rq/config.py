@@ -75,6 +75,10 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_CANCEL_TTL_S = 3600
 """Lifetime of a ``voxcast:cancel:<job id>`` flag."""
 
+DEFAULT_FOLLOW_IDLE_TIMEOUT_S = 120.0
+"""How long ``voxcast enqueue --follow`` / ``listen`` wait without a new stream entry before they give up
+(saying why: no worker serves the queue, or the job's status)."""
+
 DEFAULT_REDIS_RETRIES = 20
 """Retries of a Redis command on connection errors (jittered backoff up to 1 s: ~10-15 s outage)."""
 
@@ -101,6 +105,7 @@ class QueueConfig:
         cancel_ttl_s: ``VOXCAST_CANCEL_TTL_S``.
         redis_retries: ``VOXCAST_REDIS_RETRIES``.
         drain_s: ``VOXCAST_DRAIN_S``.
+        follow_idle_timeout_s: ``VOXCAST_FOLLOW_IDLE_TIMEOUT_S`` (clients: ``enqueue --follow``, ``listen``).
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -119,6 +124,7 @@ class QueueConfig:
     cancel_ttl_s: int = DEFAULT_CANCEL_TTL_S
     redis_retries: int = DEFAULT_REDIS_RETRIES
     drain_s: float = DEFAULT_DRAIN_S
+    follow_idle_timeout_s: float = DEFAULT_FOLLOW_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not self.queues or any(not q for q in self.queues):
@@ -133,6 +139,8 @@ class QueueConfig:
             raise ValueError("retries and redis retries must be >= 0, maintenance interval >= 1 s")
         if self.drain_s < 0:
             raise ValueError("VOXCAST_DRAIN_S must be >= 0")
+        if self.follow_idle_timeout_s <= 0:
+            raise ValueError("VOXCAST_FOLLOW_IDLE_TIMEOUT_S must be > 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QueueConfig:
@@ -168,6 +176,7 @@ class QueueConfig:
             cancel_ttl_s=_int(env, "VOXCAST_CANCEL_TTL_S", DEFAULT_CANCEL_TTL_S),
             redis_retries=_int(env, "VOXCAST_REDIS_RETRIES", DEFAULT_REDIS_RETRIES),
             drain_s=drain_seconds(env),
+            follow_idle_timeout_s=_float(env, "VOXCAST_FOLLOW_IDLE_TIMEOUT_S", DEFAULT_FOLLOW_IDLE_TIMEOUT_S),
         )
 
     def with_overrides(self, **changes: Any) -> QueueConfig:

@@ -4,7 +4,14 @@ runpod 1.12's own local mode (no ``RUNPOD_WEBHOOK_GET_JOB``, no ``--rp_serve_api
 generator handlers: it prints the generator object and exits 0. Here the job (``--test_input`` or
 ``./test_input.json``) is run through the real handler instead; every message is summarised on
 stderr, the final message (without audio) is printed as JSON on stdout, and ``--audio_out`` writes
-the concatenated audio. Exit code 0 on success, 1 on an error message.
+the concatenated audio.
+
+The job is read and checked before the model loads (:func:`check_local_job`): no job, a job that is
+not JSON, a synthesis request that does not validate or an ``--audio_out`` in a missing directory
+ends the run at once with exit code 2. (The SDK itself, in this mode without ``test_input.json``,
+logs ``test_input.json not found, exiting.`` and exits 1, after voxcast has loaded and warmed.)
+Exit codes: 0 success; 2 bad input (found before loading, or an error message whose code blames the
+input: ``invalid_request``, ``voice_not_found``, ...); 1 any other error message.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from voxcast.engine.request import parse_request
+from voxcast.errors import INPUT_ERROR_CODES, InvalidRequest
 from voxcast.serving.runpod.handler import RunpodHandler
 
-__all__ = ["is_local", "load_job", "run_local"]
+__all__ = ["check_local_job", "is_local", "load_job", "run_local"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +58,10 @@ def load_job(test_input: str | None, cwd: Path) -> dict[str, Any]:
     if test_input is None:
         path = cwd / "test_input.json"
         if not path.exists():
-            raise ValueError("no --test_input given and no test_input.json here")
+            raise ValueError(
+                f"nothing to run: no --test_input given and no test_input.json in {cwd} (a one-shot local "
+                "run; RunPod sets RUNPOD_WEBHOOK_GET_JOB in production, --rp_serve_api starts a local API)"
+            )
         test_input = path.read_text(encoding="utf-8")
     try:
         job = json.loads(test_input)
@@ -61,12 +73,37 @@ def load_job(test_input: str | None, cwd: Path) -> dict[str, Any]:
     return job
 
 
+def check_local_job(argv: Sequence[str], cwd: Path) -> dict[str, Any]:
+    """The job of a one-shot run, read and checked before anything loads.
+
+    A synthesis request is validated with the shared schema (what needs the model, such as whether a
+    speaker exists, is checked when it runs); ``--audio_out`` must be in an existing directory.
+
+    Raises:
+        ValueError: no job, unparsable JSON, no ``input`` key, or an ``--audio_out`` that cannot be written.
+        InvalidRequest: the synthesis request does not validate (naming the field).
+    """
+    args = _args(argv)
+    job = load_job(args.test_input, cwd)
+    data = job["input"]
+    if not isinstance(data, Mapping):
+        raise InvalidRequest("input must be a JSON object", field="input")
+    if data.get("action", "synthesize") == "synthesize":
+        parse_request({k: v for k, v in data.items() if k != "action"})
+    if args.audio_out is not None:
+        parent = (cwd / args.audio_out).parent
+        if not parent.is_dir():
+            raise ValueError(f"--audio_out: no such directory: {parent}")
+    return job
+
+
 async def _drive(handler: RunpodHandler, job: Mapping[str, Any], audio_out: Path | None) -> int:
     parts: list[bytes] = []
     async for message in handler.handle(job):
         if "error" in message:
             print(json.dumps(message), file=sys.stdout)
-            return 1
+            error = message["error"]
+            return 2 if isinstance(error, Mapping) and error.get("code") in INPUT_ERROR_CODES else 1
         audio = message.get("audio")
         if audio:
             parts.append(base64.b64decode(audio))

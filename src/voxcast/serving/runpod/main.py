@@ -27,12 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from voxcast.errors import InvalidRequest
 from voxcast.serving.drain import Drain, drain_seconds
 from voxcast.serving.exit import die
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.handler import RunpodHandler
-from voxcast.serving.runpod.local import is_local, run_local
+from voxcast.serving.runpod.local import check_local_job, is_local, run_local
 
 __all__ = ["main", "service_env"]
 
@@ -74,6 +75,16 @@ def main(env: Mapping[str, str] | None = None) -> int:
         the process exit code (the SDK's worker loop itself only returns on shutdown).
     """
     env = os.environ if env is None else env
+    local = is_local(env, sys.argv[1:])
+    if local:  # a developer's one-shot run: its job is checked before minutes of loading
+        try:
+            check_local_job(sys.argv[1:], Path.cwd())
+        except InvalidRequest as e:
+            log.error("bad test input: %s: %s", e.field, e.message)
+            return 2
+        except ValueError as e:
+            log.error("%s", e)
+            return 2
     try:
         from voxcast.service import Service, ServiceConfig
 
@@ -93,7 +104,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
     handler.drain = Drain(drain_seconds(env), on_begin=draining)
     handler.on_job = lambda: _chain_signals(handler.drain)
-    if is_local(env, sys.argv[1:]):
+    if local:
         return run_local(handler, sys.argv[1:], Path.cwd())
     _start_sdk(handler, config)
     service.close()  # the SDK stopped on a signal that came before any job (no drain thread ran)

@@ -1,0 +1,58 @@
+"""The queue commands as a client-only install runs them: no torch (it is made unimportable here),
+a real redis-server, and a reader of standard output that may go away (``| head -1``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+#: Runs ``voxcast ARGS`` with torch unimportable (``import torch`` raises ImportError).
+_NO_TORCH = """
+import sys
+sys.modules["torch"] = None
+from voxcast.serving.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _voxcast_without_torch(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, *argv], capture_output=True, text=True, env=ENV, timeout=120
+    )
+
+
+def test_queue_commands_run_without_torch(redis_url: str) -> None:
+    enqueued = _voxcast_without_torch("enqueue", "Hello there.", "--voice", "ryan", "--redis-url", redis_url)
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = enqueued.stdout.strip()
+    status = _voxcast_without_torch("status", job_id, "--redis-url", redis_url)
+    assert status.returncode == 0 and '"status": "queued"' in status.stdout, status.stderr
+    workers = _voxcast_without_torch("workers", "--redis-url", redis_url)
+    assert (workers.returncode, workers.stdout.strip()) == (0, "[]"), workers.stderr
+    cancel = _voxcast_without_torch("cancel", job_id, "--redis-url", redis_url)
+    assert (cancel.returncode, cancel.stdout.strip()) == (0, "cancelled"), cancel.stderr
+    listen = _voxcast_without_torch("listen", job_id, "--redis-url", redis_url)
+    assert listen.returncode == 1 and '"status": "cancelled"' in listen.stdout, listen.stderr
+    bad = _voxcast_without_torch("enqueue", "hi", "--sample-rate", "7", "--redis-url", redis_url)
+    assert bad.returncode == 2 and "sample_rate" in bad.stderr
+
+
+@pytest.mark.parametrize("command", [["workers"], ["status", "nojob"]])
+def test_a_closed_standard_output_ends_the_command_quietly(redis_url: str, command: list[str]) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first byte, as `| head -1` can have
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "voxcast.serving.cli.main", *command, "--redis-url", redis_url],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr == ""
