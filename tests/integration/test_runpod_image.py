@@ -54,7 +54,10 @@ def test_hadolint_passes() -> None:
 def test_slim_base_and_cuda_torch_from_the_pytorch_index() -> None:
     """No nvidia/cuda base: the CUDA torch wheel brings the CUDA libraries (nvidia-* wheels) and the
     container toolkit the driver, so a CUDA base image only held a second copy of them."""
-    assert not re.search(r"^FROM nvidia/cuda", DOCKERFILE, re.M) and "ARG PYTHON_IMAGE=python:3.11-slim" in DOCKERFILE
+    assert (
+        not re.search(r"^FROM nvidia/cuda", DOCKERFILE, re.M)
+        and "ARG PYTHON_IMAGE=python:3.11-slim" in DOCKERFILE
+    )
     assert set(_stages().values()) <= {"${PYTHON_IMAGE}", *_stages()}
     runtime = " ".join(_instructions("runtime"))
     assert "NVIDIA_VISIBLE_DEVICES=all" in runtime and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in runtime

@@ -39,9 +39,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from voxcast.models.sampling import SamplingParams  # torch-free, re-exported here
-
 from voxcast.models.family import ModelFamily, Setting, TestCheckpoints, int_in, on_off_auto
+from voxcast.models.sampling import SamplingParams  # torch-free, re-exported here
 
 __all__ = [
     "Capabilities",

@@ -112,5 +112,10 @@ def encode_leveled(
             want = gain + (target_lufs - lufs)
         gain = min(want, headroom)
     return Leveled(
-        preset.file(data), rounded_db(lufs), rounded_db(peak), gain, target_lufs is not None and want > headroom, passes
+        preset.file(data),
+        rounded_db(lufs),
+        rounded_db(peak),
+        gain,
+        target_lufs is not None and want > headroom,
+        passes,
     )

@@ -109,7 +109,9 @@ class Preset:
     @property
     def content_type(self) -> str:
         if self.raw:
-            return _RAW_TYPES.get(self.format, f"audio/L16; rate={self.sample_rate}; endianness=little-endian")
+            return _RAW_TYPES.get(
+                self.format, f"audio/L16; rate={self.sample_rate}; endianness=little-endian"
+            )
         return file_content_type(self.format)
 
     def file(self, encoded: bytes) -> bytes:
