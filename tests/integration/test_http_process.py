@@ -141,6 +141,7 @@ def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_p
             assert httpx.get(api + "/ping", timeout=5).json()["status"] == "draining"
             refused = httpx.post(api + "/v1/audio/speech", json=speech, timeout=10)
             assert refused.status_code == 503 and refused.headers["retry-after"]
+            _assert_refused_while_draining(api)
             rest = list(events)
         assert rest[-1]["type"] == "speech.audio.done" and rest[-1]["timing"]["frames"] == 24
         seen = [json.loads(m)["type"] for m in _ws_messages(ws) if isinstance(m, str)]
@@ -153,6 +154,19 @@ def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_p
     log = (tmp_path / "serve.log").read_text()
     # the WebSocket is in flight until it closes (the SSE response may have ended before the signal)
     assert "in flight, deadline 600 s" in log and "Traceback" not in log
+
+
+def _assert_refused_while_draining(api: str) -> None:
+    """A WebSocket opened while the server drains: an ``error`` saying so, then close 1001 (going
+    away) with a reason that says draining (not 1013 "the model is loading")."""
+    with connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30) as ws:
+        error = json.loads(ws.recv(timeout=30))
+        assert error["type"] == "error" and error["error"]["code"] == "engine_unavailable"
+        assert "draining" in error["error"]["message"]
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    assert "draining" in closed.value.rcvd.reason
 
 
 def _ws_messages(ws: ClientConnection) -> Iterator[str | bytes]:

@@ -107,7 +107,7 @@ class ServiceHolder:
             message = {
                 "loading": "the model is loading",
                 "warming": "the model is warming up",
-                "draining": "the server is shutting down",
+                "draining": "the server is draining (shutting down): retry on another instance",
             }.get(self.state, f"the service failed to load: {self.error}")
             raise HttpError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
         return self.service
@@ -118,6 +118,13 @@ def _error_response(e: BaseException) -> JSONResponse:
     return JSONResponse(
         error_body(err.status, err.message, err.code, err.field), err.status, headers=err.headers
     )
+
+
+def _unavailable_close(state: str, message: str) -> tuple[int, str]:
+    """The close code and reason of a WebSocket the service cannot take: 1001 (going away) while the
+    server drains, 1011 after a failed load, else 1013 (try again later) while it loads or warms."""
+    code = {"draining": 1001, "failed": 1011}.get(state, 1013)
+    return code, message.encode()[:123].decode(errors="ignore")  # a close reason's limit: 123 bytes
 
 
 def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
@@ -249,7 +256,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             service = holder.get()
         except HttpError as e:
             await ws.send_json({"type": "error", **error_body(e.status, e.message, e.code)})
-            await ws.close(code=1013, reason="the model is loading")
+            await ws.close(*_unavailable_close(holder.state, e.message))
             return
         await SpeechSocket(ws, service, queue_chunks=config.queue_chunks, drain=holder.drain).run()
 
