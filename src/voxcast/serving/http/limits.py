@@ -110,8 +110,7 @@ def guarded_protocol(
     max_connections: int,
 ) -> type[asyncio.Protocol]:
     """A subclass of uvicorn's HTTP protocol class ``base`` that enforces the limits above."""
-    shed = RateLimitedLog(log)
-    refused = RateLimitedLog(log)
+    slow_head, slow_body, refused = RateLimitedLog(log), RateLimitedLog(log), RateLimitedLog(log)
 
     class Guarded(base):  # type: ignore[valid-type, misc]
         _vx_cycle: Any = None
@@ -171,12 +170,19 @@ def guarded_protocol(
                 return
             cycle = self.cycle
             if cycle is waiting_on and (cycle is None or cycle.response_complete):
-                what = f"no complete request head within {header_timeout_s:g} s"
+                slow_head.warning(
+                    "closed a connection from %s: no complete request head within %g s",
+                    _peer(self.client),
+                    header_timeout_s,
+                )
             elif cycle is waiting_on and cycle.more_body and not cycle.response_complete:
-                what = f"request body not complete within {body_timeout_s:g} s of its head"
+                slow_body.warning(
+                    "closed a connection from %s: request body not complete within %g s of its head",
+                    _peer(self.client),
+                    body_timeout_s,
+                )
             else:
                 return
-            shed.warning("closed a connection from %s: %s", _peer(self.client), what)
             transport.close()
 
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
