@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -141,6 +142,7 @@ def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_p
             assert httpx.get(api + "/ping", timeout=5).json()["status"] == "draining"
             refused = httpx.post(api + "/v1/audio/speech", json=speech, timeout=10)
             assert refused.status_code == 503 and refused.headers["retry-after"]
+            _assert_refused_while_draining(api)
             rest = list(events)
         assert rest[-1]["type"] == "speech.audio.done" and rest[-1]["timing"]["frames"] == 24
         seen = [json.loads(m)["type"] for m in _ws_messages(ws) if isinstance(m, str)]
@@ -153,6 +155,19 @@ def test_sigterm_drains_open_streams_then_exits_0(tiny_model_dir: Factory, tmp_p
     log = (tmp_path / "serve.log").read_text()
     # the WebSocket is in flight until it closes (the SSE response may have ended before the signal)
     assert "in flight, deadline 600 s" in log and "Traceback" not in log
+
+
+def _assert_refused_while_draining(api: str) -> None:
+    """A WebSocket opened while the server drains: an ``error`` saying so, then close 1001 (going
+    away) with a reason that says draining (not 1013 "the model is loading")."""
+    with connect(api.replace("http", "ws") + "/v1/audio/speech/stream", open_timeout=30) as ws:
+        error = json.loads(ws.recv(timeout=30))
+        assert error["type"] == "error" and error["error"]["code"] == "engine_unavailable"
+        assert "draining" in error["error"]["message"]
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    assert "draining" in closed.value.rcvd.reason
 
 
 def _ws_messages(ws: ClientConnection) -> Iterator[str | bytes]:
@@ -200,6 +215,73 @@ def test_streams_open_at_the_drain_deadline_end_with_shutdown(
         assert proc.wait(timeout=60) == 0
     finally:
         stop_process(proc)
+
+
+def _stalled_request(port: int, seed: int) -> socket.socket:
+    """A raw socket that sends a long pcm request and never reads (a tiny receive buffer, audio of
+    many bytes per frame: the server's buffers fill within a few hundred frames)."""
+    body = json.dumps(
+        {
+            "input": "Hello.",
+            "voice": "ryan",
+            "response_format": "pcm",
+            "sample_rate": 48000,
+            "speed": 0.25,
+            "max_frames": 8000,
+            "seed": seed,
+        }
+    ).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    return sock
+
+
+def _read_to_end(sock: socket.socket, timeout_s: float = 60.0) -> None:
+    """Read until the server closed or reset the connection (raises socket.timeout if it did not)."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+
+
+def test_stalled_clients_leave_nothing_in_flight(tiny_model_dir: Factory, tmp_path: Path) -> None:
+    """A client that stops reading is cut off (VOXCAST_HTTP_STALL_S) and its connection reset; it
+    leaves no drain registration behind, so SIGTERM on the idle server afterwards exits at once, not
+    after the drain deadline (600 s here)."""
+    env = _env(
+        tiny_model_dir("custom_voice"),
+        tmp_path,
+        VOXCAST_DRAIN_S="600",
+        VOXCAST_HTTP_STALL_S="1",
+        VOXCAST_HTTP_QUEUE_CHUNKS="1",
+    )
+    proc, api = _serve(env, tmp_path / "serve.log")
+    try:
+        _wait_ready(api + "/ping", proc)
+        socks = [_stalled_request(int(api.rsplit(":", 1)[1]), seed) for seed in (1, 2)]
+        wait_until(
+            lambda: httpx.get(api + "/health", timeout=5).json()["requests"]["stalled"] == 2,
+            timeout_s=240,
+            what="both clients cut off",
+        )
+        for sock in socks:  # the server let go of the connection (reset), not only of the stream
+            _read_to_end(sock)
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        stop_process(proc)
+    log = (tmp_path / "serve.log").read_text()
+    assert "draining: 0 in flight" in log
+    assert "Traceback" not in log and " ERROR " not in log
 
 
 def test_a_bad_model_exits_1(tiny_model_dir: Factory, tmp_path: Path) -> None:

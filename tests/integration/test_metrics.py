@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -107,6 +108,53 @@ def test_http_server_metrics_count_every_outcome(service: Service) -> None:
     steps = value(after, "voxcast_engine_steps_total")
     assert steps > 0 and value(after, "voxcast_engine_step_rows_total") >= steps
     assert value(after, "voxcast_chunk_frames_count") > 0
+
+
+def _hang_up_mid_upload(url: str) -> None:
+    """A request head announcing 1000 body bytes, 10 of them, then the socket closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"input": '
+        )
+
+
+def test_http_requests_refused_before_the_schema_are_counted(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad JSON, a body over the limit, a client gone mid-upload and 503 while loading reach
+    ``voxcast_requests_total`` as ``/health`` counts them; the hang-up is ``cancelled``, not an
+    ``internal_error`` with an ERROR traceback."""
+    model = service.engine.identity
+    app = create_app(ServiceHolder(service), HttpConfig(max_body_bytes=4096))
+    with running(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        before = scrape(url + "/metrics")
+        json_type = {"Content-Type": "application/json"}
+        assert http.post("/v1/audio/speech", content=b'{"input": ', headers=json_type).status_code == 400
+        assert http.post("/v1/audio/speech", content=b" " * 5000, headers=json_type).status_code == 413
+        _hang_up_mid_upload(url)
+        wait_until(lambda: app.state.counters.disconnected == 1, what="the hang-up counted")
+        after = scrape(url + "/metrics")
+
+    def delta(outcome: str) -> float:
+        key = {"entry": "http", "model": model, "outcome": outcome}
+        return value(after, "voxcast_requests_total", **key) - value(before, "voxcast_requests_total", **key)
+
+    by_code = app.state.counters.by_code
+    assert delta("invalid_request") == by_code["invalid_request"] == 1
+    assert delta("request_too_large") == by_code["request_too_large"] == 1
+    assert delta("cancelled") == 1 and "internal_error" not in by_code and delta("internal_error") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+    holder, release = loading_holder(service)
+    try:
+        with running(create_app(holder, HttpConfig())) as url:
+            assert httpx.post(url + "/v1/audio/speech", json=SAY, timeout=30).status_code == 503
+            loading = scrape(url + "/metrics")
+    finally:
+        release.set()
+    assert value(loading, "voxcast_requests_total", entry="http", model="", outcome="engine_unavailable") == 1
 
 
 def test_http_metrics_report_loading_before_the_model_is_ready(service: Service) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket
 
@@ -29,7 +29,7 @@ from voxcast.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from voxcast.metrics import Metrics
 from voxcast.service import Service
 from voxcast.serving.drain import Drain
-from voxcast.serving.http.body import read_json
+from voxcast.serving.http.body import ClientDisconnected, read_json
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.http.errors import HttpError, error_body, error_for
 from voxcast.serving.http.speech import speech_request
@@ -107,7 +107,7 @@ class ServiceHolder:
             message = {
                 "loading": "the model is loading",
                 "warming": "the model is warming up",
-                "draining": "the server is shutting down",
+                "draining": "the server is draining (shutting down): retry on another instance",
             }.get(self.state, f"the service failed to load: {self.error}")
             raise HttpError(503, message, code="engine_unavailable", headers={"Retry-After": "5"})
         return self.service
@@ -118,6 +118,13 @@ def _error_response(e: BaseException) -> JSONResponse:
     return JSONResponse(
         error_body(err.status, err.message, err.code, err.field), err.status, headers=err.headers
     )
+
+
+def _unavailable_close(state: str, message: str) -> tuple[int, str]:
+    """The close code and reason of a WebSocket the service cannot take: 1001 (going away) while the
+    server drains, 1011 after a failed load, else 1013 (try again later) while it loads or warms."""
+    code = {"draining": 1001, "failed": 1011}.get(state, 1013)
+    return code, message.encode()[:123].decode(errors="ignore")  # a close reason's limit: 123 bytes
 
 
 def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
@@ -152,6 +159,13 @@ def _install_errors(app: FastAPI) -> None:
             error_body(400, str(first.get("msg", "invalid request")), "invalid_request", field), 400
         )
 
+    async def client_gone(request: Request, _: Exception) -> Response:
+        log.info(
+            "%s %s: the client disconnected before its request was read", request.method, request.url.path
+        )
+        return Response(status_code=ClientDisconnected().status)  # nobody reads it
+
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(HttpError, voxcast_error)
     app.add_exception_handler(VoxcastError, voxcast_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
@@ -207,10 +221,16 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
         model = {"id": service.engine.identity, "object": "model", "created": 0, "owned_by": "voxcast"}
         return {"object": "list", "data": [model]}
 
+    def refused(e: BaseException) -> None:
+        """Count a request that failed before the service saw it (bad JSON, 413, 503...) as the
+        service counts the rest (``voxcast_requests_total``)."""
+        holder.metrics.request_ended("http", None, e)
+
     @v1.post("/audio/speech")
     async def speech(request: Request) -> Response:
         counters.requests += 1
         body: Any = None
+        to_service = False  # from service.synthesize on, the service records the outcome
         try:
             service = holder.get()
             body = await read_json(request, config.max_body_bytes)
@@ -218,6 +238,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             header_id = request.headers.get("x-request-id")
             if header_id and "request_id" not in fields:
                 fields["request_id"] = header_id
+            to_service = True
             stream = service.synthesize(fields, entry="http")
             set_request_id(stream.request_id)  # this request's task
             return await open_speech(
@@ -228,13 +249,22 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
                 stall_s=config.stall_s,
                 drain=holder.drain,
             )
+        except ClientDisconnected as e:
+            counters.disconnected += 1
+            refused(e)
+            log.info("speech request: %s", e.message)
+            return _error_response(e)
         except (HttpError, VoxcastError) as e:
+            if not to_service:
+                refused(e)
             sent = body if isinstance(body, dict) else {}
             if isinstance(e, VoxcastError) and e.field in _OPENAI_NAMES and _OPENAI_NAMES[e.field] in sent:
                 e.field = _OPENAI_NAMES[e.field]  # name the field as the client sent it
             counters.error(error_for(e).code)
             return _error_response(e)
         except Exception as e:
+            if not to_service:
+                refused(e)
             counters.error("internal_error")
             log.exception("speech request failed before its first audio")
             return _error_response(e)
@@ -249,7 +279,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             service = holder.get()
         except HttpError as e:
             await ws.send_json({"type": "error", **error_body(e.status, e.message, e.code)})
-            await ws.close(code=1013, reason="the model is loading")
+            await ws.close(*_unavailable_close(holder.state, e.message))
             return
         await SpeechSocket(ws, service, queue_chunks=config.queue_chunks, drain=holder.drain).run()
 

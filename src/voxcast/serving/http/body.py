@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from voxcast.serving.http.errors import HttpError
 
-__all__ = ["check_length", "read_body", "read_json"]
+__all__ = ["ClientDisconnected", "check_length", "read_body", "read_json"]
+
+
+class ClientDisconnected(HttpError):
+    """The client went away (or was cut off by the body timeout) before its request body was
+    complete: nothing to answer, counted as ``cancelled``, never an internal error."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            499, "the client disconnected before its request body was complete", code="cancelled"
+        )
 
 
 def _too_large(limit: int) -> HttpError:
@@ -31,11 +41,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refused with 413 as soon as it passes ``limit`` bytes (declared or sent)."""
     check_length(request, limit)
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(part)
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise _too_large(limit)
+            parts.append(part)
+    except ClientDisconnect:
+        raise ClientDisconnected() from None
     return b"".join(parts)
 
 

@@ -32,6 +32,16 @@ class HttpConfig:
             (``VOXCAST_HTTP_QUEUE_CHUNKS``, 32).
         stall_s: a client that leaves that buffer full this long (it stopped reading) has its stream
             cancelled and counted (``VOXCAST_HTTP_STALL_S``, 10).
+        header_timeout_s: a connection must complete each request head (request line and headers)
+            within this long of its opening or of its previous response, else it is closed
+            (``VOXCAST_HTTP_HEADER_TIMEOUT_S``, 10; slowloris).
+        body_timeout_s: a request's body must be complete this long after its head, else the
+            connection is closed (``VOXCAST_HTTP_BODY_TIMEOUT_S``, 60: 16 MB at ~2 Mbit/s).
+        idle_timeout_s: a keep-alive connection idle this long after a response is closed
+            (``VOXCAST_HTTP_IDLE_TIMEOUT_S``, 5: uvicorn's ``timeout_keep_alive``; whole seconds).
+        max_connections: connections held at once, WebSockets included; one more gets 503 and is
+            closed at once (``VOXCAST_HTTP_MAX_CONNECTIONS``; unset: the process's file-descriptor
+            limit less a reserve, :func:`voxcast.serving.http.limits.default_max_connections`).
     """
 
     host: str = "127.0.0.1"
@@ -41,6 +51,10 @@ class HttpConfig:
     max_body_bytes: int = 16 * _MB
     queue_chunks: int = 32
     stall_s: float = 10.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    idle_timeout_s: int = 5
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -53,6 +67,10 @@ class HttpConfig:
             raise ValueError("queue_chunks must be >= 1")
         if self.stall_s <= 0:
             raise ValueError("stall_s must be > 0")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0 or self.idle_timeout_s < 1:
+            raise ValueError("header and body timeouts must be > 0, the idle timeout >= 1 s")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
 
     @property
     def separate_health_port(self) -> bool:
@@ -76,4 +94,14 @@ class HttpConfig:
             max_body_bytes=int(env_float(env, "VOXCAST_HTTP_MAX_BODY_MB", 16.0, positive=True) * _MB),
             queue_chunks=env_int(env, "VOXCAST_HTTP_QUEUE_CHUNKS", d.queue_chunks, lo=1, hi=4096),
             stall_s=env_float(env, "VOXCAST_HTTP_STALL_S", d.stall_s, positive=True),
+            header_timeout_s=env_float(
+                env, "VOXCAST_HTTP_HEADER_TIMEOUT_S", d.header_timeout_s, positive=True
+            ),
+            body_timeout_s=env_float(env, "VOXCAST_HTTP_BODY_TIMEOUT_S", d.body_timeout_s, positive=True),
+            idle_timeout_s=env_int(env, "VOXCAST_HTTP_IDLE_TIMEOUT_S", d.idle_timeout_s, lo=1, hi=3600),
+            max_connections=(
+                env_int(env, "VOXCAST_HTTP_MAX_CONNECTIONS", 1, lo=1, hi=1 << 20)
+                if env_str(env, "VOXCAST_HTTP_MAX_CONNECTIONS")
+                else None
+            ),
         )

@@ -29,6 +29,7 @@ import uvicorn
 from voxcast.serving.drain import Drain, drain_seconds
 from voxcast.serving.exit import die
 from voxcast.serving.http.config import HttpConfig
+from voxcast.serving.http.limits import default_max_connections, guarded_protocol, quiet_accept_errors
 
 __all__ = ["add_parsers", "serve"]
 
@@ -72,6 +73,8 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
     holder = ServiceHolder()
     app = create_app(holder, http)
 
+    protocol = _protocol(http)
+
     def config(asgi: Any, port: int) -> uvicorn.Config:
         return uvicorn.Config(
             asgi,
@@ -80,6 +83,8 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
             log_config=None,  # voxcast's logging (VOXCAST_LOG_LEVEL), not uvicorn's own
             timeout_graceful_shutdown=int(_SHUTDOWN_GRACE_S),  # the drain came first
             lifespan="off",
+            http=protocol,
+            timeout_keep_alive=http.idle_timeout_s,
         )
 
     servers = [_Server(config(app, http.port))]
@@ -115,6 +120,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
             signal.signal(sig, lambda *_: None)
 
     async def run_all() -> None:
+        quiet_accept_errors(asyncio.get_running_loop())
         await asyncio.gather(*(s.serve() for s in servers))
 
     asyncio.run(run_all())
@@ -122,6 +128,26 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
         log.info("voxcast serve: stopped; closing the service")
         holder.service.close()
     return 0
+
+
+def _protocol(http: HttpConfig) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools, else h11) with the header/body timeouts and the cap."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    cap = http.max_connections or default_max_connections()
+    log.info(
+        "connections: at most %d; head within %g s, body within %g s, idle %d s",
+        cap,
+        http.header_timeout_s,
+        http.body_timeout_s,
+        http.idle_timeout_s,
+    )
+    return guarded_protocol(
+        AutoHTTPProtocol,
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        max_connections=cap,
+    )
 
 
 def add_parsers(sub: Any) -> None:

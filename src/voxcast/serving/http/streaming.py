@@ -32,6 +32,7 @@ from voxcast.audio.formats import stream_content_type
 from voxcast.service import EncodedChunk, ServiceStream
 from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
 from voxcast.serving.http.errors import error_body, error_for
+from voxcast.serving.http.limits import ABORT_EXTENSION
 from voxcast.serving.pump import ThreadPump
 
 __all__ = ["Counters", "open_speech"]
@@ -56,9 +57,13 @@ class Counters:
 
 
 class _Response(StreamingResponse):
-    """A streaming response that runs ``on_close`` however it ends (sent, failed or disconnected),
-    and that :meth:`abort` ends from any thread (a client that stopped reading: the send it waits in
-    never returns by itself)."""
+    """A streaming response that runs ``on_close`` and closes its body however it ends (sent, failed,
+    disconnected or aborted), and that :meth:`abort` ends from any thread (a client that stopped
+    reading: the send it waits in never returns by itself).
+
+    An aborted response is cut while its body waits at a ``yield``; the body generator is closed here
+    (not left to the garbage collector), so the ``finally`` blocks in it run at once.
+    """
 
     def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None], **kw: Any) -> None:
         super().__init__(body, **kw)
@@ -73,7 +78,14 @@ class _Response(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task, loop = asyncio.current_task(), asyncio.get_running_loop()
-        if task is not None:
+        reset = scope.get("extensions", {}).get(ABORT_EXTENSION)
+        if reset is not None:  # voxcast serve: reset the connection; the pending send then returns
+
+            def abort() -> None:
+                loop.call_soon_threadsafe(reset)
+
+            self._abort = abort
+        elif task is not None:  # another server: cancel the task waiting in its send
 
             def cancel() -> None:
                 loop.call_soon_threadsafe(task.cancel)
@@ -83,8 +95,15 @@ class _Response(StreamingResponse):
             if self._aborted:
                 raise ConnectionAbortedError("the client stopped reading")
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self._aborted:
+                raise
+            # our own abort (counted and logged by the stall): uvicorn closes the connection
         finally:
             self._on_close()
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 def _usage(stream: ServiceStream) -> dict[str, Any]:
@@ -145,13 +164,6 @@ async def open_speech(
         pump.close()
         raise
 
-    def on_close() -> None:
-        if not pump.finished and not pump.stalled:  # the client went away before the end
-            counters.disconnected += 1
-            log.info("request %s: client gone; generation cancelled", stream.request_id)
-            stream.cancel()
-        pump.close()
-
     req = stream.request
     headers = {
         "X-Request-Id": stream.request_id,
@@ -160,6 +172,20 @@ async def open_speech(
         "X-Voxcast-TTFA-Ms": f"{first.t_ms:.1f}" if first is not None else "",
     }
     parts = _Body(stream, pump, first, counters, drain)
+    # Registered with the drain until the response ends, however it ends: a stalled client's response
+    # is cut while its body waits to send, and must not stay registered (SIGTERM would then wait for
+    # the whole drain deadline on an idle server).
+    registration = contextlib.ExitStack()
+    registration.enter_context(parts.tracked())
+
+    def on_close() -> None:
+        registration.close()
+        if not pump.finished and not pump.stalled:  # the client went away before the end
+            counters.disconnected += 1
+            log.info("request %s: client gone; generation cancelled", stream.request_id)
+            stream.cancel()
+        pump.close()
+
     if stream_format == "sse":
         body, media = _sse_body(parts), "text/event-stream"
     else:
@@ -186,7 +212,7 @@ class _Body:
     shutdown: str | None = None
 
     def tracked(self) -> contextlib.AbstractContextManager[Any]:
-        """Registration with the drain while the body streams."""
+        """Registration with the drain while the response exists."""
         return self.drain.track(self._stop) if self.drain is not None else contextlib.nullcontext()
 
     def _stop(self, reason: str) -> None:  # the drain's thread
@@ -195,8 +221,8 @@ class _Body:
 
     def finished(self) -> None:
         """Count a stream that ran to its end (the service logs its line, voxcast.request_log)."""
-        if self.pump.stalled:
-            raise ConnectionAbortedError(f"request {self.stream.request_id}: the client stopped reading")
+        if self.pump.stalled:  # counted and logged; the response ends as an abort (never completed)
+            raise asyncio.CancelledError
         self.counters.completed += 1
 
 
@@ -204,9 +230,8 @@ async def _audio_body(b: _Body) -> AsyncIterator[bytes]:
     if b.first is not None:
         yield b.first.data
     try:
-        with b.tracked():
-            async for chunk in b.pump:
-                yield chunk.data
+        async for chunk in b.pump:
+            yield chunk.data
     except Exception as e:
         b.counters.error(error_for(e).code)
         log.exception("request %s failed after its first audio; connection aborted", b.stream.request_id)
@@ -225,9 +250,8 @@ async def _sse_body(b: _Body) -> AsyncIterator[bytes]:
     if b.first is not None:
         yield _delta(b.first)
     try:
-        with b.tracked():
-            async for chunk in b.pump:
-                yield _delta(chunk)
+        async for chunk in b.pump:
+            yield _delta(chunk)
         if b.shutdown is not None:
             raise WorkerShutdown(b.shutdown)
     except Exception as e:
