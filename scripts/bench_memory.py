@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from voxcast.engine import memory as engine_memory  # noqa: E402  (no torch: "start" is measured before it)
+from voxcast import memory  # noqa: E402  (no torch: "start" is measured before it)
 
 #: About 600 characters: the derived frame limit is ~1290 frames (103 s of audio).
 LONG_TEXT = " ".join(
@@ -62,7 +62,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def rss_mb() -> float:
     """This process's resident memory now (MB); the benchmark needs Linux's /proc."""
-    mb = engine_memory.rss_mb()
+    mb = memory.rss_mb()
     if mb is None:
         raise SystemExit("bench_memory needs /proc/self/statm (Linux)")
     return mb
@@ -121,7 +121,7 @@ def components(engine: Any) -> dict[str, float]:
 
 def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
     """N concurrent long streams until each has ``frames`` frames; RSS peak over the idle level."""
-    engine_memory.trim_heap()  # idle level without what earlier streams freed but the allocator kept
+    memory.trim_heap()  # idle level without what earlier streams freed but the allocator kept
     idle = rss_mb()
     streams = [engine.synthesize({"text": LONG_TEXT, "seed": i, "voice": "ryan"}) for i in range(n)]
     limits: list[int] = []  # frames each stream produced before it was cancelled
@@ -144,7 +144,7 @@ def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
             t.join()
     for s in streams:
         limits.append(int(s.timing.frames))
-    engine_memory.trim_heap()
+    memory.trim_heap()
     return {
         "streams": n,
         "idle_rss_mb": idle,

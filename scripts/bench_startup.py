@@ -62,7 +62,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     from voxcast.config import EngineConfig
     from voxcast.engine.engine import Engine
-    from voxcast.engine.memory import rss_mb
+    from voxcast.memory import rss_mb
 
     t_import = time.perf_counter()
     engine = Engine.load(EngineConfig(model=args.model, device="cpu", quant=args.quant))

@@ -24,7 +24,7 @@ from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
-from voxcast.engine.memory import rss_mb  # noqa: E402
+from voxcast.memory import rss_mb  # noqa: E402
 
 
 def say(engine: Engine) -> dict[str, float]:

@@ -143,7 +143,7 @@ def _decode(data: bytes | str | Path) -> tuple[np.ndarray, int, int]:
             raise _undecodable(e) from e
         finally:
             if f.tell() * 4 * int(f.channels) > _TRIM_AFTER_BYTES:  # what was decoded, not the limit
-                trim_heap()
+                trim_heap(collect=False)
         return mono, int(f.samplerate), int(f.channels)
 
 
