@@ -30,9 +30,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
-from voxcast.engine.warmup import _reference_audio  # noqa: E402
 from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday afternoon."
@@ -196,7 +196,7 @@ def main() -> int:
 
     path = checkpoint(args.size)
     engine = Engine.load(EngineConfig(model=str(path), device="cpu", dtype=args.dtype))
-    ref = _reference_audio(24000, seconds=3.0)
+    ref = synthetic_reference_audio(24000, seconds=3.0)
     t0 = time.perf_counter()
     voice = engine.model.make_voice_prompt(ref, 24000, ref_text=REF_TEXT)
     voice_ms = (time.perf_counter() - t0) * 1000
