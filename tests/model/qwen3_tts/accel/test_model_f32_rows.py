@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.kernels.test_model_rows_linear import _gens
-from tests.model.test_model_batching import _sequential, batched_codes
+from tests.model.qwen3_tts.accel.test_model_rows_linear import _gens
+from tests.model.qwen3_tts.test_model_batching import _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.rows_linear import FusedLinear
 from voxcast.models.qwen3_tts.accel import f32_rows
