@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import use_checkout  # noqa: E402
+
+use_checkout()
+
 
 from voxcast import memory  # noqa: E402  (no torch: "start" is measured before it)
 
@@ -159,7 +161,7 @@ def child(config: str, kv: str, emb: str, size: str, levels: list[int], frames: 
     """One configuration in this (fresh) process."""
     t0 = rss_mb()
     import torch
-    from bench_engine import checkpoint
+    from benchlib import checkpoint
 
     from voxcast.config import EngineConfig, max_frames_for_text
     from voxcast.engine.engine import Engine

@@ -44,10 +44,12 @@ import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import checkpoint, machine_info, use_checkout  # noqa: E402
 
-from bench_engine import REF_TEXT, TEXT, checkpoint, machine_info, run_official  # noqa: E402
+use_checkout()
+
+
+from bench_engine import REF_TEXT, TEXT, run_official  # noqa: E402
 
 from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.config import EngineConfig  # noqa: E402

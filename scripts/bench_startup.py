@@ -102,9 +102,8 @@ def main() -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
-    sys.path.insert(0, str(ROOT / "scripts"))
     from bench_decode import _extract
-    from bench_engine import checkpoint
+    from benchlib import checkpoint
 
     args.model = args.model or str(checkpoint(args.size))
     variants = {"current": ROOT / "src"}

@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +33,8 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import machine_info  # noqa: E402
+from benchlib import machine_info  # noqa: E402
 
 from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.kernels import native as int8_kernel  # noqa: E402
