@@ -98,7 +98,9 @@ def test_prime_voice_without_prefix_leaves_the_prefix_to_the_first_request(engin
 def test_filling_prefixes_from_many_threads_while_streams_run(engine: Engine) -> None:
     voices = [
         engine.model.make_voice_prompt(
-            synthetic_reference_audio(engine.sample_rate, seconds=3.2 + 0.05 * i), engine.sample_rate, REF_TEXT
+            synthetic_reference_audio(engine.sample_rate, seconds=3.2 + 0.05 * i),
+            engine.sample_rate,
+            REF_TEXT,
         )
         for i in range(4)
     ]

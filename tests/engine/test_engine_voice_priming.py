@@ -81,7 +81,9 @@ def test_x_vector_only_voices_need_no_priming(engine: Engine, monkeypatch: pytes
 def test_priming_from_many_threads_while_streams_run(engine: Engine) -> None:
     voices = [
         engine.model.make_voice_prompt(
-            synthetic_reference_audio(engine.sample_rate, seconds=2.0 + 0.05 * i), engine.sample_rate, REF_TEXT
+            synthetic_reference_audio(engine.sample_rate, seconds=2.0 + 0.05 * i),
+            engine.sample_rate,
+            REF_TEXT,
         )
         for i in range(4)
     ]
