@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "src"))
+from benchlib import machine_info, use_checkout  # noqa: E402
 
-from bench_engine import machine_info  # noqa: E402
+use_checkout()
+
 
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT, SourceNoise  # noqa: E402
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream  # noqa: E402

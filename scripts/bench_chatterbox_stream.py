@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "src"))
+from benchlib import machine_info, use_checkout  # noqa: E402
 
-from bench_engine import machine_info  # noqa: E402
+use_checkout()
+
 
 from voxcast.models.base import LoadOptions  # noqa: E402
 from voxcast.models.chatterbox_turbo.hift import SourceNoise  # noqa: E402

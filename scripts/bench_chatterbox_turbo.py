@@ -29,11 +29,10 @@ import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
+from benchlib import machine_info, use_checkout  # noqa: E402
 
-from bench_engine import machine_info  # noqa: E402
+use_checkout()
+
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402

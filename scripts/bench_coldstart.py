@@ -40,9 +40,11 @@ import httpx
 import redis
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO), str(REPO / "scripts")]
+from benchlib import checkpoint, cpu_name, use_checkout  # noqa: E402
 
-from bench_engine import checkpoint, cpu_name  # noqa: E402
+use_checkout()
+
+
 from tests.fixtures.procs import free_port, stop_process  # noqa: E402
 from tests.fixtures.redis import RedisServer  # noqa: E402
 from tests.fixtures.runpod_control_plane import FakeControlPlane, start_worker  # noqa: E402

@@ -15,39 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
+from benchlib import ROOT, checkpoint, machine_info, use_checkout
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+use_checkout()
 
+from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
-from voxcast.engine.warmup import _reference_audio  # noqa: E402
-from voxcast.testing.qwen3_tts import make_test_model  # noqa: E402
 
 TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday afternoon."
 REF_TEXT = "This is a reference recording for the benchmark."
-
-
-_T = TypeVar("_T")
-
-
-def checkpoint(size: str, kind: str = "base") -> Path:
-    out = ROOT / ".cache" / "bench-models" / f"{size}-{kind}"
-    if not (out / "config.json").exists():
-        print(f"building random {size} {kind} checkpoint in {out} ...", flush=True)
-        make_test_model(out, kind, size=size, seed=0)
-    return out
 
 
 def run_voxcast(
@@ -112,74 +96,6 @@ def one_frame_codec_ms(engine: Engine, voice: Any, reps: int = 5) -> float:
     return statistics.median(out)
 
 
-def cpu_name() -> str:
-    """The CPU's model name (every figure names its CPU)."""
-    from voxcast.engine.calibration_cache import cpu_model
-
-    return cpu_model()
-
-
-_FLAGS = (
-    "avx2",
-    "fma",
-    "avx512f",
-    "avx512bw",
-    "avx512_vnni",
-    "avx512_bf16",
-    "avx_vnni",
-    "amx_tile",
-    "amx_bf16",
-)
-
-
-def machine_info() -> dict[str, Any]:
-    """What a benchmark JSON records about where it ran: the CPU, its vector flags, the kernels PyTorch
-    and voxcast pick on it (and what forces them: ``ATEN_CPU_CAPABILITY``, ``VOXCAST_INT8_VARIANT``)."""
-    from voxcast.kernels import native
-
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    try:
-        int8_variant: str | None = native.resolve(None)
-    except (RuntimeError, ValueError):
-        int8_variant = None
-    return {
-        "cpu": cpu_name(),
-        "cpu_flags": [f for f in _FLAGS if f in flags],
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "int8_variant": int8_variant,
-        "forced": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", native.VARIANT_ENV) if k in os.environ},
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-    }
-
-
-def at_once(n: int, fn: Callable[[int], _T]) -> list[_T]:
-    """``[fn(0), ..., fn(n - 1)]``, each on its own thread, all released together (a barrier)."""
-    out: list[Any] = [None] * n
-    barrier = threading.Barrier(n)
-
-    def one(i: int) -> None:
-        barrier.wait()
-        out[i] = fn(i)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
 def median(rows: list[dict[str, float]], key: str) -> float:
     return float(statistics.median(r[key] for r in rows))
 
@@ -196,7 +112,7 @@ def main() -> int:
 
     path = checkpoint(args.size)
     engine = Engine.load(EngineConfig(model=str(path), device="cpu", dtype=args.dtype))
-    ref = _reference_audio(24000, seconds=3.0)
+    ref = synthetic_reference_audio(24000, seconds=3.0)
     t0 = time.perf_counter()
     voice = engine.model.make_voice_prompt(ref, 24000, ref_text=REF_TEXT)
     voice_ms = (time.perf_counter() - t0) * 1000

@@ -42,10 +42,11 @@ import httpx
 from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import at_once, checkpoint, cpu_name, machine_info, use_checkout  # noqa: E402
 
-from bench_engine import at_once, checkpoint, cpu_name, machine_info  # noqa: E402
+use_checkout()
+
+
 from tests.fixtures.http_server import running  # noqa: E402
 
 from voxcast.config import EngineConfig  # noqa: E402

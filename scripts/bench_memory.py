@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import use_checkout  # noqa: E402
 
-from voxcast.engine import memory as engine_memory  # noqa: E402  (no torch: "start" is measured before it)
+use_checkout()
+
+
+from voxcast import memory  # noqa: E402  (no torch: "start" is measured before it)
 
 #: About 600 characters: the derived frame limit is ~1290 frames (103 s of audio).
 LONG_TEXT = " ".join(
@@ -67,7 +69,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def rss_mb() -> float:
     """This process's resident memory now (MB); the benchmark needs Linux's /proc."""
-    mb = engine_memory.rss_mb()
+    mb = memory.rss_mb()
     if mb is None:
         raise SystemExit("bench_memory needs /proc/self/statm (Linux)")
     return mb
@@ -126,7 +128,7 @@ def components(engine: Any) -> dict[str, float]:
 
 def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
     """N concurrent long streams until each has ``frames`` frames; RSS peak over the idle level."""
-    engine_memory.trim_heap()  # idle level without what earlier streams freed but the allocator kept
+    memory.trim_heap()  # idle level without what earlier streams freed but the allocator kept
     idle = rss_mb()
     streams = [engine.synthesize({"text": LONG_TEXT, "seed": i, "voice": "ryan"}) for i in range(n)]
     limits: list[int] = []  # frames each stream produced before it was cancelled
@@ -149,7 +151,7 @@ def run_streams(engine: Any, n: int, frames: int) -> dict[str, Any]:
             t.join()
     for s in streams:
         limits.append(int(s.timing.frames))
-    engine_memory.trim_heap()
+    memory.trim_heap()
     return {
         "streams": n,
         "idle_rss_mb": idle,
@@ -164,7 +166,7 @@ def child(config: str, kv: str, emb: str, size: str, levels: list[int], frames: 
     """One configuration in this (fresh) process."""
     t0 = rss_mb()
     import torch
-    from bench_engine import checkpoint
+    from benchlib import checkpoint
 
     from voxcast.config import EngineConfig, max_frames_for_text
     from voxcast.engine.engine import Engine

@@ -25,7 +25,10 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib import use_checkout  # noqa: E402
+
+use_checkout()
+
 
 from voxcast.engine.request import SamplingParams  # noqa: E402
 from voxcast.models.qwen3_tts.generator import FrameGenerator  # noqa: E402

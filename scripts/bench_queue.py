@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO)]
+from benchlib import use_checkout  # noqa: E402
+
+use_checkout()
+
 
 from rq import Queue, Worker  # noqa: E402
 

@@ -30,14 +30,16 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO)]
+from benchlib import use_checkout  # noqa: E402
+
+use_checkout()
+
 
 from tests.fixtures.runpod_control_plane import API_KEY, FakeControlPlane, running_worker  # noqa: E402
 

@@ -44,16 +44,18 @@ import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import checkpoint, machine_info, use_checkout  # noqa: E402
 
-from bench_engine import REF_TEXT, TEXT, checkpoint, machine_info, run_official  # noqa: E402
+use_checkout()
 
+
+from bench_engine import REF_TEXT, TEXT, run_official  # noqa: E402
+
+from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
 from voxcast.engine.runtime_info import runtime_choices  # noqa: E402
 from voxcast.engine.threads import on_fresh_thread  # noqa: E402
-from voxcast.engine.warmup import _reference_audio  # noqa: E402
 
 SR = 24000
 MODES = {"on": "on", "off": "off", "auto": "auto"}
@@ -61,7 +63,7 @@ MODES = {"on": "on", "off": "off", "auto": "auto"}
 
 def reference_audio(k: int) -> Any:
     """Synthetic reference ``k``: ~3 s, a different length (so a different voice) for every ``k``."""
-    return _reference_audio(SR, seconds=3.0 + 0.01 * k)
+    return synthetic_reference_audio(SR, seconds=3.0 + 0.01 * k)
 
 
 def fresh_voice(engine: Engine, k: int, primed: bool = True) -> tuple[Any, Any]:

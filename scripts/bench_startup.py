@@ -62,7 +62,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     from voxcast.config import EngineConfig
     from voxcast.engine.engine import Engine
-    from voxcast.engine.memory import rss_mb
+    from voxcast.memory import rss_mb
 
     t_import = time.perf_counter()
     engine = Engine.load(EngineConfig(model=args.model, device="cpu", quant=args.quant))
@@ -102,9 +102,8 @@ def main() -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
-    sys.path.insert(0, str(ROOT / "scripts"))
     from bench_decode import _extract
-    from bench_engine import checkpoint
+    from benchlib import checkpoint
 
     args.model = args.model or str(checkpoint(args.size))
     variants = {"current": ROOT / "src"}

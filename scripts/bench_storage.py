@@ -18,7 +18,6 @@ import logging
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,16 +26,18 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 import torch
+from benchlib import use_checkout
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.s3.MotoServer
+use_checkout()
 
-from tests.fixtures.s3 import MotoServer
 
-from voxcast.cache import AudioCache
-from voxcast.engine.request import parse_request
-from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
-from voxcast.storage import BlobStore, LocalBlobStore, open_store
-from voxcast.voices import VoiceRegistry
+from tests.fixtures.s3 import MotoServer  # noqa: E402
+
+from voxcast.cache import AudioCache  # noqa: E402
+from voxcast.engine.request import parse_request  # noqa: E402
+from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt  # noqa: E402
+from voxcast.storage import BlobStore, LocalBlobStore, open_store  # noqa: E402
+from voxcast.voices import VoiceRegistry  # noqa: E402
 
 log = logging.getLogger("bench_storage")
 MODEL = "bench-model@0"

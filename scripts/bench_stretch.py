@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import cpu_name, machine_info  # noqa: E402
+from benchlib import cpu_name, machine_info  # noqa: E402
 
 from voxcast.audio.stretch import TimeStretch  # noqa: E402
 from voxcast.testing.signals import speech_like  # noqa: E402

@@ -31,17 +31,16 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "scripts"))
+from benchlib import checkpoint, cpu_name, use_checkout  # noqa: E402
 
-from bench_engine import checkpoint, cpu_name  # noqa: E402
+use_checkout()
+
 
 from voxcast import Engine, EngineConfig  # noqa: E402
 

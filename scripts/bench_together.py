@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import at_once, checkpoint, cpu_name, machine_info, use_checkout  # noqa: E402
 
-from bench_engine import at_once, checkpoint, cpu_name, machine_info  # noqa: E402
+use_checkout()
+
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import checkpoint, cpu_name, machine_info, use_checkout  # noqa: E402
 
-from bench_engine import checkpoint, cpu_name, machine_info  # noqa: E402
+use_checkout()
+
 
 from voxcast.config import EngineConfig  # noqa: E402
 from voxcast.engine.engine import Engine  # noqa: E402
-from voxcast.engine.memory import rss_mb  # noqa: E402
+from voxcast.memory import rss_mb  # noqa: E402
 
 
 def say(engine: Engine) -> dict[str, float]:

@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +33,10 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_engine import machine_info  # noqa: E402
+from benchlib import machine_info  # noqa: E402
 
-from voxcast.engine.warmup import _reference_audio  # noqa: E402
+from voxcast.audio.reference import synthetic_reference_audio  # noqa: E402
 from voxcast.kernels import native as int8_kernel  # noqa: E402
 from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
 from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder, build_mimi_encoder  # noqa: E402
@@ -99,7 +97,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    wav = _reference_audio(SR, seconds=args.seconds).astype(np.float32)
+    wav = synthetic_reference_audio(SR, seconds=args.seconds).astype(np.float32)
 
     encoders = codec_encoders()
     codes = {name: enc.encode(wav) for name, enc in encoders.items()}

@@ -16,7 +16,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 has tests && timeout "${TESTS_S:-100}" $PY -m pytest -q -p no:cacheprovider -m gpu \
-    tests/engine/test_engine_cuda.py tests/engine/test_engine_idle_unload.py tests/kernels/test_model_static_decode.py \
+    tests/engine/test_engine_cuda.py tests/engine/test_engine_idle_unload.py tests/model/qwen3_tts/accel/test_model_static_decode.py \
     tests/engine/test_engine_turbo_cuda.py \
     2>&1 | tee "$OUT/gpu-tests.log"
 has eager && timeout "${EAGER_S:-80}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \

@@ -42,7 +42,8 @@ from voxcast.metrics import Metrics, outcome
 from voxcast.request_log import log_request
 from voxcast.startup import Startup, process_start_unix
 from voxcast.storage.base import BlobStore
-from voxcast.storage.config import StorageConfig, open_store
+from voxcast.storage.config import StorageConfig
+from voxcast.storage.factory import open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
 from voxcast.storage.keys import validate_key
 from voxcast.text.normalize import normalize_text

@@ -10,7 +10,7 @@ import pytest
 
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.engine.memory import rss_mb, trim_heap
+from voxcast.memory import rss_mb, trim_heap
 
 glibc_linux = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="needs Linux with glibc"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import soundfile as sf
 
+from voxcast.audio.reference import synthetic_reference_audio
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.threads import on_fresh_thread
-from voxcast.engine.warmup import _reference_audio
 
 Factory = Callable[[str], Path]
 
@@ -64,7 +64,7 @@ def test_engine_builds_voices_off_the_callers_thread(
 
         monkeypatch.setattr(engine.model, "make_voice_prompt", make)
         buf = io.BytesIO()
-        sf.write(buf, _reference_audio(engine.sample_rate), engine.sample_rate, format="WAV")
+        sf.write(buf, synthetic_reference_audio(engine.sample_rate), engine.sample_rate, format="WAV")
         voice = engine.create_voice(buf.getvalue(), "This is a reference recording.")
         assert voice is not None and built_on == ["voxcast-oneoff"]
     finally:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tests.fixtures.engines import audio_while_priming, reference_wav
+from voxcast.audio.reference import synthetic_reference_audio
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.engine.warmup import _reference_audio
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.service import Service, ServiceConfig
@@ -68,7 +68,7 @@ def test_prefix_filled_ahead_gives_what_a_prefix_filled_by_a_request_gives(engin
     """float32: the prefix computed alone equals the one stored by a one-pass prefill up to rounding,
     and both hits give the same greedy audio (and the same audio as the one-pass miss)."""
     pcm = engine.model.make_voice_prompt(
-        _reference_audio(engine.sample_rate, seconds=2.9), engine.sample_rate, REF_TEXT
+        synthetic_reference_audio(engine.sample_rate, seconds=2.9), engine.sample_rate, REF_TEXT
     )
 
     def fresh() -> VoicePrompt:
@@ -87,7 +87,7 @@ def test_prefix_filled_ahead_gives_what_a_prefix_filled_by_a_request_gives(engin
 def test_prime_voice_without_prefix_leaves_the_prefix_to_the_first_request(engine: Engine) -> None:
     voice = engine.prime_voice(
         engine.model.make_voice_prompt(
-            _reference_audio(engine.sample_rate, seconds=3.1), engine.sample_rate, REF_TEXT
+            synthetic_reference_audio(engine.sample_rate, seconds=3.1), engine.sample_rate, REF_TEXT
         ),
         prefix=False,
     )
@@ -98,7 +98,9 @@ def test_prime_voice_without_prefix_leaves_the_prefix_to_the_first_request(engin
 def test_filling_prefixes_from_many_threads_while_streams_run(engine: Engine) -> None:
     voices = [
         engine.model.make_voice_prompt(
-            _reference_audio(engine.sample_rate, seconds=3.2 + 0.05 * i), engine.sample_rate, REF_TEXT
+            synthetic_reference_audio(engine.sample_rate, seconds=3.2 + 0.05 * i),
+            engine.sample_rate,
+            REF_TEXT,
         )
         for i in range(4)
     ]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.fixtures.engines import audio_while_priming, reference_wav
+from voxcast.audio.reference import synthetic_reference_audio
 from voxcast.engine.engine import Engine
-from voxcast.engine.warmup import _reference_audio
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
 from voxcast.service import Service, ServiceConfig
@@ -64,7 +64,7 @@ def test_create_voice_primes_off_the_scheduler_and_the_first_request_does_not(
 
 def test_primed_ahead_or_on_first_use_gives_the_same_audio(engine: Engine) -> None:
     pcm = engine.model.make_voice_prompt(
-        _reference_audio(engine.sample_rate, seconds=2.2), engine.sample_rate, REF_TEXT
+        synthetic_reference_audio(engine.sample_rate, seconds=2.2), engine.sample_rate, REF_TEXT
     )
     lazy = VoicePrompt.from_bytes(pcm.to_bytes(), expected_identity=engine.identity)
     ahead = engine.prime_voice(VoicePrompt.from_bytes(pcm.to_bytes(), expected_identity=engine.identity))
@@ -81,7 +81,9 @@ def test_x_vector_only_voices_need_no_priming(engine: Engine, monkeypatch: pytes
 def test_priming_from_many_threads_while_streams_run(engine: Engine) -> None:
     voices = [
         engine.model.make_voice_prompt(
-            _reference_audio(engine.sample_rate, seconds=2.0 + 0.05 * i), engine.sample_rate, REF_TEXT
+            synthetic_reference_audio(engine.sample_rate, seconds=2.0 + 0.05 * i),
+            engine.sample_rate,
+            REF_TEXT,
         )
         for i in range(4)
     ]

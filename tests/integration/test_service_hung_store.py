@@ -21,7 +21,7 @@ from tests.fixtures.s3 import MotoServer
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.service import Service, ServiceConfig
-from voxcast.storage.config import open_store
+from voxcast.storage import open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard
 
 READ_TIMEOUT_S = 30

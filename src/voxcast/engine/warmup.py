@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
+from voxcast.audio.reference import synthetic_reference_audio
 from voxcast.engine import calibration_cache
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.config import EngineConfig
@@ -70,15 +69,6 @@ WARMUP_TEXT = "Hello, this is a short warm-up sentence."
 REFERENCE_TEXT = "This is a reference recording."
 
 
-def _reference_audio(sample_rate: int, seconds: float = 2.0) -> np.ndarray:
-    """A deterministic voiced-like signal: harmonics of 140 Hz with a slow envelope."""
-    t = np.arange(int(sample_rate * seconds)) / sample_rate
-    f0 = 140.0
-    sig = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 8))
-    env = 0.5 * (1 - np.cos(2 * np.pi * t / seconds))
-    return (0.3 * env * sig / np.max(np.abs(sig))).astype(np.float32)
-
-
 def warmup_requests(engine: Warmable) -> Iterator[tuple[SynthesisRequest, Any]]:
     """Yield (request, voice prompt or None) pairs covering the model's paths."""
     cfg = engine.config
@@ -87,7 +77,7 @@ def warmup_requests(engine: Warmable) -> Iterator[tuple[SynthesisRequest, Any]]:
     # The ramp's chunk sizes need the whole ramp once (greedy); the sampled path, two frames (its
     # samplers in the talker and the code predictor run at every frame): about 1 s less on 0.6B int8.
     variants: list[dict[str, Any]] = [{"greedy": True}, {"seed": 0, "max_frames": min(2, frames)}]
-    for case in engine.model.warmup_cases(_reference_audio(engine.sample_rate), REFERENCE_TEXT):
+    for case in engine.model.warmup_cases(synthetic_reference_audio(engine.sample_rate), REFERENCE_TEXT):
         for v in variants if case.sampled else variants[:1]:
             yield SynthesisRequest.model_validate({**base, **case.fields, **v}), case.voice
 

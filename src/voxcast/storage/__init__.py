@@ -7,7 +7,8 @@ boto3); :func:`open_store` imports it only when a bucket is configured.
 """
 
 from voxcast.storage.base import BlobInfo, BlobNotFound, BlobStore, BlobStream
-from voxcast.storage.config import StorageConfig, open_store
+from voxcast.storage.config import StorageConfig
+from voxcast.storage.factory import open_store
 from voxcast.storage.local import LocalBlobStore
 
 __all__ = [

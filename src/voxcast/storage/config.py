@@ -1,4 +1,4 @@
-"""Storage configuration from environment variables, and the store factory.
+"""Storage configuration from environment variables (:func:`~voxcast.storage.factory.open_store` opens it).
 
 With ``VOXCAST_S3_BUCKET`` set, objects go to S3 (or any S3-compatible endpoint); without it, to a
 local directory. Credentials follow boto3's standard chain unless given explicitly: the ``AWS_*``
@@ -12,11 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from voxcast.envvars import env_bool, env_float, env_int, env_str
-from voxcast.storage.base import BlobStore
 from voxcast.storage.keys import validate_key
-from voxcast.storage.local import LocalBlobStore
 
-__all__ = ["StorageConfig", "open_store"]
+__all__ = ["StorageConfig"]
 
 
 @dataclass(frozen=True)
@@ -100,20 +98,3 @@ class StorageConfig:
             local_fsync=env_bool(env, "VOXCAST_STORAGE_FSYNC", True),
             voice_cache_mb=env_float(env, "VOXCAST_VOICE_CACHE_MB", 256.0, positive=True),
         )
-
-
-def open_store(config: StorageConfig, *, check_bucket: bool = True) -> BlobStore:
-    """The store ``config`` describes: S3 when a bucket is set, else the local directory.
-
-    Args:
-        config: storage configuration.
-        check_bucket: with S3, verify at once that the bucket exists and is reachable.
-
-    Raises:
-        StorageError: the bucket is missing or unreachable, or the directory cannot be created.
-    """
-    if config.bucket:
-        from voxcast.storage.s3 import S3BlobStore  # boto3 is imported only when S3 is configured
-
-        return S3BlobStore.from_config(config, check_bucket=check_bucket)
-    return LocalBlobStore(config.local_dir, fsync=config.local_fsync)

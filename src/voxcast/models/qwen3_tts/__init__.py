@@ -5,8 +5,9 @@ The engine reaches it only through :mod:`voxcast.models.base` (``family.load`` i
 
 - ``config.py``, ``checkpoint.py``, ``tokenizer.py``: the checkpoint in the official layout;
 - ``prompt.py``, ``sampling.py``: prompt layouts and the official sampling order;
-- ``talker.py``, ``code_predictor.py``, ``kv_cache.py``, ``prefix_cache.py``, ``generator.py``: the
-  frame loop (``FrameGenerator``: ``prefill()``, then ``step()`` -> codes [16] or None);
+- ``layers.py``, ``talker.py``, ``code_predictor.py``, ``kv_cache.py``, ``prefix_cache.py``,
+  ``generator.py``: the frame loop (``FrameGenerator``: ``prefill()``, then ``step()`` -> codes [16]
+  or None); ``decode_steps.py``: the protocols a faster decode step from ``accel/`` fills in;
 - ``codec_*.py``: the speech tokenizer (encoder for references; a stateful streaming decoder whose
   chunks equal a one-pass decode for any chunk schedule);
 - ``speaker_encoder.py``, ``mel.py``, ``voice_prompt.py``: cloned voices (safetensors + JSON);

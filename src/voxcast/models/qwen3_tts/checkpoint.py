@@ -30,7 +30,8 @@ from voxcast.errors import CheckpointError
 from voxcast.models.hub import resolve_checkpoint
 from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
-from voxcast.models.qwen3_tts.talker import Talker, rope_inv_freq
+from voxcast.models.qwen3_tts.layers import rope_inv_freq
+from voxcast.models.qwen3_tts.talker import Talker
 from voxcast.models.qwen3_tts.tokenizer import TOKENIZER_FILES
 
 if TYPE_CHECKING:

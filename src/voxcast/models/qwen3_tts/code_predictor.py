@@ -11,19 +11,15 @@ Parameter names equal the official ``talker.code_predictor.*`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from voxcast.kernels.rows_linear import Linear
 from voxcast.models.qwen3_tts.config import CodePredictorConfig
+from voxcast.models.qwen3_tts.decode_steps import RecordedPredictorSteps, StaticSteps
 from voxcast.models.qwen3_tts.kv_cache import KVCache
-from voxcast.models.qwen3_tts.talker import RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
-
-if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.accel.cp_trace import TracedSteps
-    from voxcast.models.qwen3_tts.accel.graphs import StaticDecode
+from voxcast.models.qwen3_tts.layers import RMSNorm, decoder_layers, rope_cos_sin, rope_inv_freq
 
 __all__ = ["CodePredictor", "Picker"]
 
@@ -64,8 +60,8 @@ class CodePredictor(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         self._rope_tables: dict[tuple[int, int, torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
         self._caches: dict[int, list[KVCache]] = {}  # shared per-frame caches by batch size
-        self.static: StaticDecode | None = None  # compiled steps (graphs.use_static_decode)
-        self.traced: TracedSteps | None = None  # recorded steps (cp_trace.use_traced_steps)
+        self.static: StaticSteps | None = None  # compiled steps (accel.graphs.use_static_decode)
+        self.traced: RecordedPredictorSteps | None = None  # recorded steps (accel.cp_trace.use_traced_steps)
 
     @property
     def num_codes(self) -> int:

@@ -134,7 +134,7 @@ class TextTokenizer:
         and a word. Text that could still become an added token (``<|im_`` before ``end|>``) would
         end the segment there instead, so the prefix stops where both readings agree. The encoding of
         the prefix is then a prefix of the encoding of ``text + more`` for any ``more``
-        (tests/model/test_text_stream.py checks this on random splits).
+        (tests/model/qwen3_tts/test_text_stream.py checks this on random splits).
         """
         enc = self._tok.encode(text, add_special_tokens=False)
         start = 0  # the last segment: after the last complete added token

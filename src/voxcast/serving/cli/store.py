@@ -30,8 +30,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from voxcast.storage.config import StorageConfig, open_store
+    from voxcast.storage.config import StorageConfig
     from voxcast.storage.export import export_prefix
+    from voxcast.storage.factory import open_store
 
     store = open_store(StorageConfig.from_env(os.environ))
     try:

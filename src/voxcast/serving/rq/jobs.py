@@ -258,14 +258,7 @@ class _SynthesisJob:
     def _pump(self) -> bool:
         """Publish every chunk; True if cancellation was requested (the engine is then stopped)."""
         for chunk in self.stream:
-            cancelled = self.publisher.chunk(
-                chunk.seq,
-                chunk.data,
-                format=str(chunk.format),
-                sample_rate=chunk.sample_rate,
-                t_ms=chunk.t_ms,
-                frames=chunk.frames,
-            )
+            cancelled = self.publisher.publish_chunk(chunk)
             self.ctx.renew_lease()
             if cancelled:
                 self.stream.cancel()

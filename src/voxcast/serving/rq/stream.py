@@ -35,11 +35,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from voxcast.ids import request_id_for
+
+if TYPE_CHECKING:
+    from voxcast.service import EncodedChunk
 
 __all__ = [
     "DEFAULT_LIVE_TTL_S",
@@ -224,6 +227,21 @@ class StreamPublisher:
             "audio": audio,
         }
         return self._add(fields)
+
+    def publish_chunk(self, chunk: EncodedChunk) -> bool:
+        """Write one of the service's encoded chunks (:meth:`chunk` with its fields).
+
+        Returns:
+            True if cancellation was requested (``cancel_key`` exists), else False.
+        """
+        return self.chunk(
+            chunk.seq,
+            chunk.data,
+            format=str(chunk.format),
+            sample_rate=chunk.sample_rate,
+            t_ms=chunk.t_ms,
+            frames=chunk.frames,
+        )
 
     def eos(self, info: Mapping[str, Any]) -> None:
         """Terminal success entry (``info``: the JSON result, with timing and the audio key)."""

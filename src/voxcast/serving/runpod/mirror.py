@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import Cancelled, VoxcastError
 from voxcast.serving.drain import SHUTDOWN, WorkerShutdown
 from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, stream_key
+
+if TYPE_CHECKING:
+    from voxcast.service import EncodedChunk
 
 __all__ = ["RedisMirror", "mirror_key"]
 
@@ -57,17 +60,9 @@ class RedisMirror:
         }
         self._safe(self._pub.start, info)
 
-    def chunk(self, chunk: Any) -> None:
+    def chunk(self, chunk: EncodedChunk) -> None:
         """Publish one :class:`~voxcast.service.EncodedChunk` (called on the engine pump thread)."""
-        self._safe(
-            self._pub.chunk,
-            chunk.seq,
-            chunk.data,
-            format=str(chunk.format),
-            sample_rate=chunk.sample_rate,
-            t_ms=chunk.t_ms,
-            frames=chunk.frames,
-        )
+        self._safe(self._pub.publish_chunk, chunk)
 
     def eos(self, result: Mapping[str, Any]) -> None:
         self._safe(self._pub.eos, result)

@@ -5,9 +5,9 @@ A decode step's vectors are a few KB, so an RMSNorm (~7 PyTorch operations) or a
 ~100 decoder layers with four norms, two rotary embeddings and an attention each. C++ operations
 replace them:
 
-- ``voxcast::rms_norm(x, w, eps)``: :class:`.talker.RMSNorm`.
+- ``voxcast::rms_norm(x, w, eps)``: :class:`.layers.RMSNorm`.
 - ``voxcast::norm_rope(x, w, cos, sin, eps, head_dim)``: the per-head q/k norm and the rotary
-  embedding of :class:`.talker.Attention`, from the fused projection's view straight to the
+  embedding of :class:`.layers.Attention`, from the fused projection's view straight to the
   ``[B, H, L, D]`` layout attention takes.
 - ``voxcast::decode_attention(q, k, v, scale)``: the grouped-query attention of up to
   :data:`FUSED_ATTENTION_ROWS` positions over their cache (PyTorch's
@@ -20,7 +20,7 @@ bit-exact anyway) and off for float32 weights, whose decode matches the official
 bitwise. They are built into the int8 kernel's library (:func:`voxcast.kernels.native.load`).
 
 The model's layers know nothing of them: :func:`use_fused_ops` turns a float32 CPU
-:class:`.talker.RMSNorm` or :class:`.talker.Attention` into its fused subclass here, in place
+:class:`.layers.RMSNorm` or :class:`.layers.Attention` into its fused subclass here, in place
 (same parameters, same state), and back.
 """
 
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from voxcast.kernels import native as int8_kernel
-from voxcast.models.qwen3_tts.talker import Attention, RMSNorm
+from voxcast.models.qwen3_tts.layers import Attention, RMSNorm
 
 __all__ = ["FUSED_ATTENTION_ROWS", "FusedAttention", "FusedRMSNorm", "available", "is_fused", "use_fused_ops"]
 
@@ -40,7 +40,7 @@ FUSED_ATTENTION_ROWS = 4
 
 
 class FusedRMSNorm(RMSNorm):
-    """:class:`.talker.RMSNorm` on ``voxcast::rms_norm`` for float32 rows."""
+    """:class:`.layers.RMSNorm` on ``voxcast::rms_norm`` for float32 rows."""
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype == torch.float32:
@@ -49,7 +49,7 @@ class FusedRMSNorm(RMSNorm):
 
 
 class FusedAttention(Attention):
-    """:class:`.talker.Attention` with its float32 q/k norm + rotary embedding and decode-step
+    """:class:`.layers.Attention` with its float32 q/k norm + rotary embedding and decode-step
     attention on voxcast's fused operations."""
 
     def _norm_rope(
@@ -89,7 +89,7 @@ def is_fused(module: nn.Module) -> bool:
 
 
 def use_fused_ops(module: nn.Module, on: bool) -> int:
-    """Run every float32 CPU :class:`.talker.RMSNorm`, and :class:`.talker.Attention`'s q/k norm,
+    """Run every float32 CPU :class:`.layers.RMSNorm`, and :class:`.layers.Attention`'s q/k norm,
     rotary embedding and decode-step attention, in ``module`` on the fused operations (on) or
     PyTorch's (off); returns how many modules run fused. ``on`` needs :func:`available`.
 

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from voxcast.kernels import native as int8_kernel
 from voxcast.kernels.rows_linear import Linear, rows_linear, time_both
-from voxcast.models.qwen3_tts.talker import MLP, Attention
+from voxcast.models.qwen3_tts.layers import MLP, Attention
 
 __all__ = ["Packed", "available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
 

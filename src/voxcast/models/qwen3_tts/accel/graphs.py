@@ -37,7 +37,8 @@ from voxcast.models.qwen3_tts.accel.quant import Int8Linear
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.kv_cache import KVCache
-    from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
+    from voxcast.models.qwen3_tts.layers import DecoderLayer
+    from voxcast.models.qwen3_tts.talker import Talker
 
 __all__ = ["StaticDecode", "batch_bucket", "bucket", "static_decode_for", "use_static_decode"]
 

@@ -30,7 +30,8 @@ from torch.ao.nn.quantized.modules.utils import _quantize_weight
 
 from voxcast.kernels import native as int8_kernel
 from voxcast.kernels.rows_linear import set_flags, time_both
-from voxcast.models.qwen3_tts.talker import DecoderLayer, Talker
+from voxcast.models.qwen3_tts.layers import DecoderLayer
+from voxcast.models.qwen3_tts.talker import Talker
 
 __all__ = [
     "KERNEL_ROWS",

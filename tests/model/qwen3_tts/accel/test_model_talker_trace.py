@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.model.test_model_batching import batched_codes
+from tests.model.qwen3_tts.test_model_batching import batched_codes
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SamplingParams

@@ -13,8 +13,8 @@ import torch
 from voxcast.config import EngineConfig
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.accel import decode_ops
+from voxcast.models.qwen3_tts.layers import Attention, RMSNorm, _rotate_half
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.talker import Attention, RMSNorm, _rotate_half
 
 pytestmark = pytest.mark.skipif(
     not decode_ops.available(), reason="the fused operations cannot be built here"
@@ -74,7 +74,7 @@ def test_norm_rope_equals_pytorch(b: int, n: int, heads: int, d: int, table_rows
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """PyTorch's attention as :class:`.talker.Attention` runs it: queries at the cache's last positions."""
+    """PyTorch's attention as :class:`.layers.Attention` runs it: queries at the cache's last positions."""
     b, h, n, d = q.shape
     start = k.shape[2] - n
     mask = torch.arange(start, start + n)[:, None] >= torch.arange(start + n)[None, :]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.model.test_model_batching import batched_codes
+from tests.model.qwen3_tts.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
 from voxcast.models.qwen3_tts.model import Qwen3TTS

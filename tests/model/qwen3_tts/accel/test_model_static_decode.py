@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.model.test_model_batching import batched_codes
+from tests.model.qwen3_tts.test_model_batching import batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.models.qwen3_tts.accel.graphs import batch_bucket, bucket, use_static_decode
 from voxcast.models.qwen3_tts.model import Qwen3TTS

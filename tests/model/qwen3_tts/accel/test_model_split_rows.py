@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.kernels.test_model_rows_linear import _gens
-from tests.model.test_model_batching import _sequential, batched_codes
+from tests.model.qwen3_tts.accel.test_model_rows_linear import _gens
+from tests.model.qwen3_tts.test_model_batching import _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.rows_linear import Linear, rows_linear, split_linear, split_rows_faster
 from voxcast.models.qwen3_tts.model import Qwen3TTS

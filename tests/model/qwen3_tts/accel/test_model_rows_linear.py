@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.model.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
+from tests.model.qwen3_tts.test_model_batching import SPEAKERS, TEXTS, _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.rows_linear import (
     Linear,

@@ -14,14 +14,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.kernels.test_model_rows_linear import _gens
-from tests.model.test_model_batching import _sequential, batched_codes
+from tests.model.qwen3_tts.accel.test_model_rows_linear import _gens
+from tests.model.qwen3_tts.test_model_batching import _sequential, batched_codes
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.rows_linear import FusedLinear
 from voxcast.models.qwen3_tts.accel import f32_rows
 from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
+from voxcast.models.qwen3_tts.layers import MLP, Attention
 from voxcast.models.qwen3_tts.model import Qwen3TTS
-from voxcast.models.qwen3_tts.talker import MLP, Attention
 
 pytestmark = pytest.mark.skipif(not f32_rows.available(), reason="voxcast's C++ kernels do not build here")
 
