@@ -24,7 +24,6 @@ import torch
 
 from voxcast.audio.reference import load_reference_audio
 from voxcast.engine.config import EngineConfig
-from voxcast.engine.memory import rss_mb, trim_heap
 from voxcast.engine.model_info import ModelInfo
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
@@ -35,6 +34,7 @@ from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.engine.warmup import calibrate, warm
 from voxcast.errors import EngineUnavailable, InvalidRequest
+from voxcast.memory import rss_mb, trim_heap
 from voxcast.models.base import Capabilities, LoadOptions, TTSModel
 from voxcast.models.registry import load_model
 

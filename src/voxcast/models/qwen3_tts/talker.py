@@ -20,8 +20,6 @@ from voxcast.models.qwen3_tts.config import TalkerConfig
 from voxcast.models.qwen3_tts.decode_steps import RecordedTalkerStep, StaticSteps
 from voxcast.models.qwen3_tts.kv_cache import KVCache
 from voxcast.models.qwen3_tts.layers import (
-    MLP,
-    Attention,
     DecoderLayer,
     RMSNorm,
     decoder_layers,
@@ -32,17 +30,7 @@ from voxcast.models.qwen3_tts.layers import (
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 
-# The shared blocks are re-exported for modules that still import them from here (accel/apply.py).
-__all__ = [
-    "MLP",
-    "Attention",
-    "DecoderLayer",
-    "KVCache",
-    "RMSNorm",
-    "Talker",
-    "rope_cos_sin",
-    "rope_inv_freq",
-]
+__all__ = ["Talker"]
 
 
 class ResizeMLP(nn.Module):

@@ -26,7 +26,7 @@ from voxcast.kernels.rows_linear import (
 from voxcast.models.qwen3_tts.accel.cp_trace import use_traced_steps
 from voxcast.models.qwen3_tts.accel.graphs import use_static_decode
 from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
-from voxcast.models.qwen3_tts.talker import MLP
+from voxcast.models.qwen3_tts.layers import MLP
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
