@@ -7,9 +7,10 @@ configuration (``voxcast.service.ServiceConfig``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from voxcast.envvars import env_float, env_int, env_str
+from voxcast.serving.http.exposure import Exposure
 
 __all__ = ["HttpConfig"]
 
@@ -26,12 +27,14 @@ class HttpConfig:
         health_port: a second port answering only ``/ping`` and ``/health`` (RunPod load-balancing
             endpoints' ``PORT_HEALTH``; unset or equal to ``port``: the API port answers them).
         api_key: bearer token every ``/v1/*`` request must carry (``VOXCAST_API_KEY``; unset = no
-            auth). Health and metrics routes stay open.
+            auth). Health routes stay open; ``/metrics`` needs it too (see ``exposure``).
         max_body_bytes: largest request body (``VOXCAST_HTTP_MAX_BODY_MB``, 16): a bigger one gets 413.
         queue_chunks: encoded chunks buffered per stream between the engine and the socket
             (``VOXCAST_HTTP_QUEUE_CHUNKS``, 32).
         stall_s: a client that leaves that buffer full this long (it stopped reading) has its stream
             cancelled and counted (``VOXCAST_HTTP_STALL_S``, 10).
+        exposure: browser origins (CORS), API docs and metrics access (``VOXCAST_CORS_ORIGINS``,
+            ``VOXCAST_HTTP_DOCS``, ``VOXCAST_METRICS_AUTH``; :mod:`voxcast.serving.http.exposure`).
     """
 
     host: str = "127.0.0.1"
@@ -41,6 +44,7 @@ class HttpConfig:
     max_body_bytes: int = 16 * _MB
     queue_chunks: int = 32
     stall_s: float = 10.0
+    exposure: Exposure = field(default_factory=Exposure)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -76,4 +80,5 @@ class HttpConfig:
             max_body_bytes=int(env_float(env, "VOXCAST_HTTP_MAX_BODY_MB", 16.0, positive=True) * _MB),
             queue_chunks=env_int(env, "VOXCAST_HTTP_QUEUE_CHUNKS", d.queue_chunks, lo=1, hi=4096),
             stall_s=env_float(env, "VOXCAST_HTTP_STALL_S", d.stall_s, positive=True),
+            exposure=Exposure.from_env(env),
         )
