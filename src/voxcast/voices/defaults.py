@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 
 __all__ = ["OPENAI_VOICES", "effective_aliases", "openai_aliases"]
 
-_OPENAI_FEMALE = ("coral", "marin", "nova", "sage", "shimmer")
-_OPENAI_OTHER = ("alloy", "ash", "ballad", "cedar", "echo", "fable", "onyx", "verse")
+_OPENAI_FEMALE = ("nova", "shimmer", "coral", "sage", "marin")
+_OPENAI_OTHER = ("alloy", "echo", "onyx", "fable", "ash", "ballad", "verse", "cedar")
 OPENAI_VOICES: tuple[str, ...] = tuple(sorted(_OPENAI_FEMALE + _OPENAI_OTHER))
 """OpenAI's built-in voice names (as the ``openai`` SDK documents them for ``audio.speech``)."""
 
