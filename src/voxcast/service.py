@@ -430,7 +430,7 @@ class Service:
         try:
             name = req.voice
             if name is None and req.ref_audio is None:
-                name = self._default_voice()
+                name = self.default_voice()
                 if name is not None:
                     timing.extra["voice_default"] = name
             if name is not None:
@@ -458,7 +458,7 @@ class Service:
         finally:
             timing.voice_ms = (time.perf_counter() - t0) * 1000
 
-    def _default_voice(self) -> str | None:
+    def default_voice(self) -> str | None:
         """The voice of a request that names none (``config.default_voice``; unset: ``alloy``'s
         speaker on a model with named speakers that clones no voices, whose requests need one)."""
         if self.config.default_voice is not None:
