@@ -43,7 +43,7 @@ from voxcast.startup import Startup, process_start_unix
 from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig, open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
-from voxcast.storage.keys import validate_key
+from voxcast.storage.keys import is_voice_id, validate_key
 from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
 from voxcast.voices.aliases import parse_aliases, parse_voice_name
@@ -484,7 +484,7 @@ class Service:
             prompt, lru_hit = self.voices.lookup(name)
         except VoiceNotFound as e:
             hint = ""
-            if not self.engine.speakers and not alias:
+            if not self.engine.speakers and not alias and not is_voice_id(given):  # a name, not an id
                 hint = (
                     "; this model has no built-in speakers: register a voice (POST /v1/audio/voices) "
                     f"and name it with VOXCAST_VOICE_ALIASES={given.lower()}=<voice id>"
