@@ -26,7 +26,7 @@ REQUEST_ID_RULE = "1-128 letters, digits, '_' or '-', starting with a letter or 
 
 def check_request_id(value: Any, field: str = "request_id") -> str:
     """``value`` if it follows :data:`REQUEST_ID_RE`, else :class:`InvalidRequest` naming ``field``."""
-    if not isinstance(value, str) or not REQUEST_ID_RE.match(value):
+    if not isinstance(value, str) or not REQUEST_ID_RE.fullmatch(value):
         raise InvalidRequest(f"{field}: must be {REQUEST_ID_RULE}; got {str(value)[:80]!r}", field=field)
     return value
 
@@ -35,7 +35,7 @@ def request_id_for(platform_id: str) -> str:
     """A request id for an id a platform chose (RunPod or RQ job id): the id itself where it follows
     :data:`REQUEST_ID_RE`, else its allowed characters (up to 95) plus ``-`` and 32 hex of its SHA-256,
     so two different ids never map to one (ids that share a 128-character prefix included)."""
-    if REQUEST_ID_RE.match(platform_id):
+    if REQUEST_ID_RE.fullmatch(platform_id):
         return platform_id
     kept = re.sub(r"[^A-Za-z0-9_-]", "", platform_id)[:95].lstrip("_-")
     digest = hashlib.sha256(platform_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]

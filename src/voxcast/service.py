@@ -45,10 +45,12 @@ from voxcast.storage.base import BlobStore
 from voxcast.storage.config import StorageConfig
 from voxcast.storage.factory import open_store
 from voxcast.storage.guard import GuardSettings, StoreGuard, StoreSkipped, StoreTimeout
-from voxcast.storage.keys import validate_key
+from voxcast.storage.keys import is_voice_id, validate_key
 from voxcast.text.normalize import normalize_text
 from voxcast.voices import VoiceRegistry
-from voxcast.voices.aliases import parse_aliases
+from voxcast.voices.aliases import parse_aliases, parse_voice_name
+from voxcast.voices.defaults import effective_aliases
+from voxcast.voices.registry import VoiceLabel
 from voxcast.watermark import check_watermark, load_watermarker, mark_file, watermark_from_env
 from voxcast.watermark.perth import PerthWatermarker
 
@@ -89,7 +91,12 @@ class ServiceConfig:
         watermark_model: the watermark's weights (``VOXCAST_WATERMARK_MODEL``; default: the installed
             resemble-perth package's).
         voice_aliases: names for voices (``VOXCAST_VOICE_ALIASES``, e.g. ``alloy=ryan,nova=vivian``;
-            :mod:`voxcast.voices.aliases`), keys in lower case.
+            :mod:`voxcast.voices.aliases`), keys in lower case; they replace OpenAI's names below.
+        openai_voices: OpenAI's voice names (``alloy``, ``nova``, ...) are aliases of the model's
+            speakers out of the box (``VOXCAST_OPENAI_VOICES``, on; :mod:`voxcast.voices.defaults`).
+        default_voice: the voice of a request that names none and brings no reference audio
+            (``VOXCAST_DEFAULT_VOICE``: a speaker, alias or registered voice id; unset: ``alloy``'s
+            speaker on a model with named speakers that clones no voices, else none).
     """
 
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -100,6 +107,8 @@ class ServiceConfig:
     watermark: str = "off"
     watermark_model: str | None = None
     voice_aliases: Mapping[str, str] = field(default_factory=dict)
+    openai_voices: bool = True
+    default_voice: str | None = None
 
     def __post_init__(self) -> None:
         check_watermark(self.watermark)
@@ -123,6 +132,8 @@ class ServiceConfig:
             watermark=watermark,
             watermark_model=watermark_model,
             voice_aliases=parse_aliases(env.get("VOXCAST_VOICE_ALIASES")),
+            openai_voices=env_bool(env, "VOXCAST_OPENAI_VOICES", True),
+            default_voice=parse_voice_name(env.get("VOXCAST_DEFAULT_VOICE"), "VOXCAST_DEFAULT_VOICE"),
         )
 
 
@@ -356,6 +367,9 @@ class Service:
         self.store_guard = StoreGuard(config.store_guard, inline=not store.remote)
         #: Marks stored renders (``config.watermark``; loaded here unless given), or None.
         self.watermarker = watermarker or load_watermarker(config.watermark, config.watermark_model)
+        #: Every alias this service answers (lower case): OpenAI's names for the model's speakers
+        #: under the configured ones (:func:`voxcast.voices.defaults.effective_aliases`).
+        self.voice_aliases = effective_aliases(config.voice_aliases, engine.speakers, config.openai_voices)
 
     @classmethod
     def load(cls, config: ServiceConfig, metrics: Metrics | None = None) -> Service:
@@ -421,35 +435,34 @@ class Service:
         self.store.close()
 
     # -- voices ---------------------------------------------------------------------------------
-    def register_voice(self, audio: bytes, ref_text: str | None = None, x_vector_only: bool = False) -> str:
+    def register_voice(
+        self,
+        audio: bytes,
+        ref_text: str | None = None,
+        x_vector_only: bool = False,
+        label: VoiceLabel | None = None,
+    ) -> str:
         """Register reference audio (+ transcript) and return its voice id (idempotent), with its
-        prompt prefix computed (the first request of the voice finds it cached)."""
-        voice_id = self.voices.register(audio, ref_text=ref_text, x_vector_only=x_vector_only)
+        prompt prefix computed (the first request of the voice finds it cached). ``label``: the
+        voice's ``(name, consent id)``, kept in its metadata."""
+        voice_id = self.voices.register(audio, ref_text=ref_text, x_vector_only=x_vector_only, label=label)
         self.engine.prime_voice(self.voices.get(voice_id))
         return voice_id
 
-    def _resolve_voice(self, req: SynthesisRequest, timing: Timing) -> tuple[Any, str, str | None]:
-        """(voice prompt or None, the voice's cache-key part, registered voice id or None)."""
+    def _resolve_voice(
+        self, req: SynthesisRequest, timing: Timing
+    ) -> tuple[Any, str, str | None, str | None]:
+        """(voice prompt or None, the voice's cache-key part, registered voice id or None, the
+        built-in speaker the engine speaks or None)."""
         t0 = time.perf_counter()
         try:
-            if req.voice is not None:
-                name = self.config.voice_aliases.get(req.voice.lower(), req.voice)
-                if name != req.voice:
-                    timing.extra["voice_alias"] = req.voice
-                if name.lower() in self.engine.speakers:
-                    return None, name.lower(), None
-                alias = f" (an alias of {name!r})" if name != req.voice else ""
-                if not self.engine.clones_voices:
-                    raise VoiceNotFound(
-                        f"unknown speaker {req.voice!r}{alias}; this model has {list(self.engine.speakers)}",
-                        field="voice",
-                    )
-                try:
-                    prompt, lru_hit = self.voices.lookup(name)
-                except VoiceNotFound as e:
-                    raise VoiceNotFound(f"{e.message}{alias}", field="voice") from None
-                timing.voice_cache_hit = lru_hit
-                return prompt, name, name
+            name = req.voice
+            if name is None and req.ref_audio is None:
+                name = self.default_voice()
+                if name is not None:
+                    timing.extra["voice_default"] = name
+            if name is not None:
+                return self._named_voice(name, timing)
             audio = req.ref_audio_bytes()
             if audio is not None:
                 if self.engine.cloning_refusal is not None:
@@ -458,10 +471,52 @@ class Service:
                 timing.voice_cache_hit = reg.cache_hit
                 if reg.storage_error is not None:  # the prompt is usable; only persisting it failed
                     timing.extra["voice_storage_error"] = str(reg.storage_error)
-                return reg.prompt, reg.voice_id, reg.voice_id
-            return None, "", None
+                return reg.prompt, reg.voice_id, reg.voice_id, None
+            if self.engine.clones_voices and not self.engine.speakers:
+                raise InvalidRequest(
+                    f"voice: this {self.engine.model_type} model has no built-in speakers; give "
+                    "ref_audio, or a registered voice id (POST /v1/audio/voices), or set "
+                    "VOXCAST_DEFAULT_VOICE to one",
+                    field="voice",
+                )
+            return None, "", None, None
         finally:
             timing.voice_ms = (time.perf_counter() - t0) * 1000
+
+    def default_voice(self) -> str | None:
+        """The voice of a request that names none (``config.default_voice``; unset: ``alloy``'s
+        speaker on a model with named speakers that clones no voices, whose requests need one)."""
+        if self.config.default_voice is not None:
+            return self.config.default_voice
+        if self.engine.speakers and not self.engine.clones_voices:
+            return "alloy" if "alloy" in self.voice_aliases else self.engine.speakers[0]
+        return None
+
+    def _named_voice(self, given: str, timing: Timing) -> tuple[Any, str, str | None, str | None]:
+        """:meth:`_resolve_voice` of a voice named by the request: an alias, a speaker or a voice id."""
+        name = self.voice_aliases.get(given.lower(), given)
+        if name != given:
+            timing.extra["voice_alias"] = given
+        if name.lower() in self.engine.speakers:
+            return None, name.lower(), None, name.lower()
+        alias = f" (an alias of {name!r})" if name != given else ""
+        if not self.engine.clones_voices:
+            raise VoiceNotFound(
+                f"unknown speaker {given!r}{alias}; this model has {list(self.engine.speakers)}",
+                field="voice",
+            )
+        try:
+            prompt, lru_hit = self.voices.lookup(name)
+        except VoiceNotFound as e:
+            hint = ""
+            if not self.engine.speakers and not alias and not is_voice_id(given):  # a name, not an id
+                hint = (
+                    "; this model has no built-in speakers: register a voice (POST /v1/audio/voices) "
+                    f"and name it with VOXCAST_VOICE_ALIASES={given.lower()}=<voice id>"
+                )
+            raise VoiceNotFound(f"{e.message}{alias}{hint}", field="voice") from None
+        timing.voice_cache_hit = lru_hit
+        return prompt, name, name, None
 
     # -- synthesis ------------------------------------------------------------------------------
     def synthesize(
@@ -529,7 +584,9 @@ class Service:
         startup = self.metrics.startup  # set once :meth:`load` is done
         if startup is not None and self._startup_told.acquire(blocking=False):  # the first request
             timing.extra["startup"] = startup.to_dict()
-        voice, voice_key, voice_id = self._resolve_voice(req, timing)
+        voice, voice_key, voice_id, speaker = self._resolve_voice(req, timing)
+        if speaker is not None and speaker != req.voice:  # an alias or the default: the engine speaks it
+            req = s.request = req.model_copy(update={"voice": speaker})
         key = None
         if s.feed is None and req.cache and self.cache.cacheable(req):
             key = self.cache.key_for(

@@ -65,7 +65,8 @@ def test_uploaded_voice_is_used(served: tuple[str, Service]) -> None:
         short = io.BytesIO()
         sf.write(short, speech_like(3.0, 16000, seed=4), 16000, format="WAV")
         refused = http.post("/v1/audio/voices", files={"audio": ("ref.wav", short.getvalue(), "audio/wav")})
-        assert refused.status_code == 400 and refused.json()["error"]["param"] == "ref_audio"
+        # the problem names the field the audio came in (the form's "audio"; JSON's "ref_audio")
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "audio"
 
 
 @pytest.mark.parametrize(

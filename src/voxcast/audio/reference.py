@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +70,15 @@ _DECODE_ERRORS = (sf.LibsndfileError, RuntimeError, TypeError, ValueError)
 
 
 def _undecodable(e: Exception) -> InvalidRequest:
+    # libsndfile's reason alone: str(e) names the source, which for an upload is "<_io.BytesIO ...>"
+    reason = getattr(e, "error_string", None) or _OBJECT_REPR.sub("the file", str(e))
     return InvalidRequest(
-        f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {e}", field=_FIELD
+        f"reference audio could not be decoded (supported: WAV, FLAC, OGG, MP3, AIFF...): {reason}",
+        field=_FIELD,
     )
+
+
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
 
 
 def _open(source: io.BytesIO | str) -> sf.SoundFile:

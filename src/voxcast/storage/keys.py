@@ -106,7 +106,7 @@ def voice_id_for(model_identity: str, audio_sha256: str, ref_text: str | None, x
 
 def is_voice_id(value: str) -> bool:
     """True if ``value`` has the shape of a registered voice id (it may still be unknown)."""
-    return bool(VOICE_ID_RE.match(value))
+    return bool(VOICE_ID_RE.fullmatch(value))  # not match: "$" would also take a trailing newline
 
 
 def voice_prefix(model_identity: str) -> str:

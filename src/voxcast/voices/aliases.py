@@ -15,10 +15,23 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["ALIAS_RE", "parse_aliases"]
+__all__ = ["ALIAS_RE", "parse_aliases", "parse_voice_name"]
 
 ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """What an alias and its voice may look like (speaker names and voice ids both fit)."""
+
+
+def parse_voice_name(value: str | None, var: str) -> str | None:
+    """A voice named by a setting (``VOXCAST_DEFAULT_VOICE``): None when unset or blank.
+
+    Raises:
+        ValueError: naming ``var``: not the shape of a speaker name, alias or voice id.
+    """
+    if value is None or not value.strip():
+        return None
+    if not ALIAS_RE.fullmatch(value.strip()):
+        raise ValueError(f"{var}: {value.strip()[:80]!r} must match {ALIAS_RE.pattern}")
+    return value.strip()
 
 
 def parse_aliases(value: str | None, var: str = "VOXCAST_VOICE_ALIASES") -> dict[str, str]:
@@ -49,7 +62,7 @@ def parse_aliases(value: str | None, var: str = "VOXCAST_VOICE_ALIASES") -> dict
     out: dict[str, str] = {}
     for name, voice in pairs:
         for what, s in (("alias", name), ("voice", voice)):
-            if not ALIAS_RE.match(s):
+            if not ALIAS_RE.fullmatch(s):
                 raise ValueError(f"{var}: {what} {s!r} must match {ALIAS_RE.pattern}")
         if name.lower() in out:
             raise ValueError(f"{var}: {name!r} is given twice")

@@ -34,7 +34,14 @@ from voxcast.storage.keys import (
 )
 from voxcast.voices.writer import BackgroundWriter
 
-__all__ = ["DEFAULT_CACHE_BYTES", "Registration", "SerializableVoicePrompt", "VoiceInfo", "VoiceRegistry"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "Registration",
+    "SerializableVoicePrompt",
+    "VoiceInfo",
+    "VoiceLabel",
+    "VoiceRegistry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +63,14 @@ class SerializableVoicePrompt(Protocol):
 
 P = TypeVar("P", bound=SerializableVoicePrompt)
 
+VoiceLabel = tuple[str | None, str | None]
+"""``(name, consent id)`` a registration gives its voice (either may be None)."""
+
 
 @dataclass(frozen=True)
 class VoiceInfo:
-    """A voice as listed: built-in speakers have only a name; registered voices carry provenance."""
+    """A voice as listed: built-in speakers have only a name; registered voices carry provenance
+    (``name`` and ``consent``: what the registration gave, e.g. OpenAI's voice-create fields)."""
 
     voice_id: str
     builtin: bool
@@ -68,6 +79,8 @@ class VoiceInfo:
     audio_sha256: str | None = None
     created_at: float | None = None
     nbytes: int | None = None
+    name: str | None = None
+    consent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (None fields omitted)."""
@@ -153,17 +166,26 @@ class VoiceRegistry(Generic[P]):
 
     # -- registration ----------------------------------------------------------------------
 
-    def register(self, ref_audio: bytes, ref_text: str | None = None, x_vector_only: bool = False) -> str:
+    def register(
+        self,
+        ref_audio: bytes,
+        ref_text: str | None = None,
+        x_vector_only: bool = False,
+        *,
+        label: VoiceLabel | None = None,
+    ) -> str:
         """Register a voice from reference audio (idempotent) and return its id.
 
-        Builds the prompt only if no worker has stored it yet.
+        Builds the prompt only if no worker has stored it yet. ``label``: its name and consent id,
+        kept in its metadata when this call stores it (the id depends only on the audio, transcript
+        and mode: a voice registered before keeps its first label).
 
         Raises:
             InvalidRequest: empty audio, or the builder rejected the audio/transcript.
             StorageError: the prompt could not be persisted (it is still usable in this process, and
                 a later ``register``/``ensure`` of the same inputs retries the write).
         """
-        reg = self.ensure(ref_audio, ref_text, x_vector_only, wait=True)
+        reg = self.ensure(ref_audio, ref_text, x_vector_only, wait=True, label=label)
         if reg.storage_error is not None:
             raise reg.storage_error
         return reg.voice_id
@@ -175,6 +197,7 @@ class VoiceRegistry(Generic[P]):
         x_vector_only: bool = False,
         *,
         wait: bool = False,
+        label: VoiceLabel | None = None,
     ) -> Registration[P]:
         """Register-or-load for on-the-fly cloning: returns the prompt too, and never fails on storage.
 
@@ -213,7 +236,10 @@ class VoiceRegistry(Generic[P]):
         data = prompt.to_bytes()
         self._remember(voice_id, prompt, len(data))
         self._unpersisted.add(voice_id)
-        meta = VoiceInfo(voice_id, False, ref_text, x_vector_only, audio_sha, time.time(), len(data))
+        name, consent = label if label is not None else (None, None)
+        meta = VoiceInfo(
+            voice_id, False, ref_text, x_vector_only, audio_sha, time.time(), len(data), name, consent
+        )
         if self._writer is not None and not wait:
             self._writing.add(voice_id)
             self._writer.submit(lambda: self._persist_later(voice_id, data, meta, repair))
@@ -358,7 +384,16 @@ class VoiceRegistry(Generic[P]):
         try:
             raw = json.loads(self.store.get_bytes(meta_key))
             fields = {
-                k: raw.get(k) for k in ("ref_text", "x_vector_only", "audio_sha256", "created_at", "nbytes")
+                k: raw.get(k)
+                for k in (
+                    "ref_text",
+                    "x_vector_only",
+                    "audio_sha256",
+                    "created_at",
+                    "nbytes",
+                    "name",
+                    "consent",
+                )
             }
             return VoiceInfo(voice_id, False, **fields)
         except BlobNotFound:

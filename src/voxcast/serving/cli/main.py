@@ -24,6 +24,7 @@ _MODULES = (
     "voxcast.serving.cli.kernels",
     "voxcast.serving.cli.queue",
     "voxcast.serving.cli.store",
+    "voxcast.serving.cli.voices",
     "voxcast.serving.http.main",
 )
 

@@ -19,11 +19,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket
 
 from voxcast.errors import VoxcastError
+from voxcast.ids import request_id_for
 from voxcast.logs import set_request_id
 from voxcast.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from voxcast.metrics import Metrics
@@ -32,6 +34,7 @@ from voxcast.serving.drain import Drain
 from voxcast.serving.http.body import ClientDisconnected, read_json
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.http.errors import HttpError, error_body, error_for
+from voxcast.serving.http.exposure import OriginGuard
 from voxcast.serving.http.speech import speech_request
 from voxcast.serving.http.streaming import Counters, open_speech
 from voxcast.serving.http.voices import voice_routes
@@ -172,6 +175,20 @@ def _install_errors(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
 
 
+def _install_exposure(app: FastAPI, config: HttpConfig) -> None:
+    """CORS headers for the allowed browser origins, and refusal of the others (outermost)."""
+    origins = list(config.exposure.cors_origins)
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+            expose_headers=["X-Request-Id"],
+        )
+    app.add_middleware(OriginGuard, exposure=config.exposure)
+
+
 def health_app(holder: ServiceHolder) -> FastAPI:
     """Only ``/ping`` and ``/health`` (for a separate ``PORT_HEALTH``)."""
     app = FastAPI(title="voxcast health", docs_url=None, redoc_url=None, openapi_url=None)
@@ -182,7 +199,15 @@ def health_app(holder: ServiceHolder) -> FastAPI:
 
 def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
     """The API application on ``holder``'s service."""
-    app = FastAPI(title="voxcast", summary="Streaming text-to-speech (OpenAI-compatible speech API)")
+    docs = config.exposure.docs_on(config.api_key)
+    app = FastAPI(
+        title="voxcast",
+        summary="Streaming text-to-speech (OpenAI-compatible speech API)",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    _install_exposure(app, config)
     counters = Counters()
     app.state.counters = counters
     app.state.holder = holder
@@ -210,6 +235,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
         "/metrics",
         lambda: Response(holder.metrics.exposition(), media_type=METRICS_CONTENT_TYPE),
         methods=["GET"],
+        dependencies=[Depends(authorize)] if config.exposure.metrics_auth else [],
     )
     app.add_api_route("/health", lambda: _health(holder, counters), methods=["GET"])
 
@@ -235,9 +261,9 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             service = holder.get()
             body = await read_json(request, config.max_body_bytes)
             fields, stream_format = speech_request(body)
-            header_id = request.headers.get("x-request-id")
-            if header_id and "request_id" not in fields:
-                fields["request_id"] = header_id
+            header_id = request.headers.get("x-request-id", "").strip()
+            if header_id and "request_id" not in fields:  # a tracing header never fails a request
+                fields["request_id"] = request_id_for(header_id)
             to_service = True
             stream = service.synthesize(fields, entry="http")
             set_request_id(stream.request_id)  # this request's task

@@ -7,9 +7,10 @@ configuration (``voxcast.service.ServiceConfig``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from voxcast.envvars import env_float, env_int, env_str
+from voxcast.serving.http.exposure import Exposure
 
 __all__ = ["HttpConfig"]
 
@@ -26,7 +27,7 @@ class HttpConfig:
         health_port: a second port answering only ``/ping`` and ``/health`` (RunPod load-balancing
             endpoints' ``PORT_HEALTH``; unset or equal to ``port``: the API port answers them).
         api_key: bearer token every ``/v1/*`` request must carry (``VOXCAST_API_KEY``; unset = no
-            auth). Health and metrics routes stay open.
+            auth). Health routes stay open; ``/metrics`` needs it too (see ``exposure``).
         max_body_bytes: largest request body (``VOXCAST_HTTP_MAX_BODY_MB``, 16): a bigger one gets 413.
         queue_chunks: encoded chunks buffered per stream between the engine and the socket
             (``VOXCAST_HTTP_QUEUE_CHUNKS``, 32).
@@ -42,6 +43,8 @@ class HttpConfig:
         max_connections: connections held at once, WebSockets included; one more gets 503 and is
             closed at once (``VOXCAST_HTTP_MAX_CONNECTIONS``; unset: the process's file-descriptor
             limit less a reserve, :func:`voxcast.serving.http.limits.default_max_connections`).
+        exposure: browser origins (CORS), API docs and metrics access (``VOXCAST_CORS_ORIGINS``,
+            ``VOXCAST_HTTP_DOCS``, ``VOXCAST_METRICS_AUTH``; :mod:`voxcast.serving.http.exposure`).
     """
 
     host: str = "127.0.0.1"
@@ -55,6 +58,7 @@ class HttpConfig:
     body_timeout_s: float = 60.0
     idle_timeout_s: int = 5
     max_connections: int | None = None
+    exposure: Exposure = field(default_factory=Exposure)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -104,4 +108,5 @@ class HttpConfig:
                 if env_str(env, "VOXCAST_HTTP_MAX_CONNECTIONS")
                 else None
             ),
+            exposure=Exposure.from_env(env),
         )

@@ -52,6 +52,7 @@ from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
+from voxcast.serving.http.body import parse_json
 from voxcast.serving.http.errors import error_body, error_for
 from voxcast.serving.pump import ThreadPump
 from voxcast.text.incremental import SentenceBuffer
@@ -121,6 +122,15 @@ class _Framer:
         self.rest = b""
 
 
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (JSON's ``\\ud800`` escapes decode to lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _err(e: BaseException) -> dict[str, Any]:
     err = error_for(e)
     return {"type": "error", **error_body(err.status, err.message, err.code, err.field)}
@@ -187,17 +197,9 @@ class SpeechSocket:
                 raise WebSocketDisconnect(message.get("code", 1000))
             raw = message.get("text")
             try:
-                if raw is None:
-                    raise ValueError("binary")
-                msg = json.loads(raw)
+                msg = parse_json(raw, "the message", "message") if raw is not None else None
                 if not isinstance(msg, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                await self.send(
-                    _err(InvalidRequest("a message must be a JSON object (text)", field="message"))
-                )
-                continue
-            try:
+                    raise InvalidRequest("a message must be a JSON object (text)", field="message")
                 if await self._handle(msg):
                     return True
             except VoxcastError as e:
@@ -212,6 +214,8 @@ class SpeechSocket:
             text = msg.get("text")
             if not isinstance(text, str):
                 raise InvalidRequest("text must be a string", field="text")
+            if not _is_unicode(text):
+                raise InvalidRequest("text contains invalid Unicode (a lone surrogate)", field="text")
             if self.config is None:
                 raise InvalidRequest("send a config message before text", field="type")
             if len(self.buffer) + self.queued_chars + len(text) > _MAX_BUFFER_CHARS:
