@@ -17,17 +17,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from voxcast.prerender.gate import GateSettings
 from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
 from voxcast.prerender.manifest import Manifest, Prompt
-from voxcast.prerender.presets import PRESETS, Preset
+from voxcast.prerender.presets import PRESETS, PostProcess, Preset
 from voxcast.prerender.render import COUNTS, Outcome, Work
 from voxcast.storage.base import BlobNotFound, BlobStore
 from voxcast.storage.keys import validate_key
 
 if TYPE_CHECKING:
-    from voxcast.prerender.library import PrerenderJob
     from voxcast.service import Service
 
 __all__ = [
@@ -40,6 +40,26 @@ __all__ = [
     "plan_library",
     "work_for",
 ]
+
+
+class PrerenderJob(Protocol):
+    """What planning reads of a validated job (:class:`voxcast.prerender.library.PrerenderJob`)."""
+
+    @property
+    def library(self) -> str: ...
+
+    @property
+    def presets(self) -> tuple[str, ...]: ...
+
+    @property
+    def post(self) -> PostProcess: ...
+
+    @property
+    def gate(self) -> GateSettings: ...
+
+    @property
+    def force(self) -> bool: ...
+
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,7 @@ import binascii
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -35,14 +33,14 @@ from rq.timeouts import JobTimeoutException
 
 from voxcast.engine.request import SynthesisRequest, parse_request, request_id_for
 from voxcast.errors import EngineUnavailable, InvalidRequest, VoxcastError
-from voxcast.serving.drain import SHUTDOWN, Drain, WorkerShutdown
-from voxcast.serving.rq.config import QueueConfig
+from voxcast.serving.drain import SHUTDOWN, WorkerShutdown
+from voxcast.serving.rq.context import JobContext, bind_context, current_context
 from voxcast.serving.rq.library import LibraryBusy
 from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
 from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
 
 if TYPE_CHECKING:
-    from voxcast.service import Service
+    pass
 
 __all__ = [
     "ALLOWED_CALLBACKS",
@@ -77,55 +75,6 @@ ALLOWED_FUNCTIONS = frozenset({SYNTHESIZE, REGISTER_VOICE, PRERENDER, PRERENDER_
 
 ALLOWED_CALLBACKS = frozenset({ON_FAILURE})
 """Dotted names accepted as on_success/on_failure/on_stopped callbacks."""
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """What a job needs from the process that runs it.
-
-    Attributes:
-        service: the loaded, warmed service.
-        config: queue settings (stream bounds, TTLs).
-        redis: the worker's Redis client (bytes replies).
-        renew_lease: extends the running job's lease (throttled; cheap to call per chunk).
-        drain: the worker's drain (graceful stop): a job registers there what cancels it at the
-            drain deadline; None outside a worker (tests).
-    """
-
-    service: Service
-    config: QueueConfig
-    redis: redis.Redis
-    renew_lease: Callable[[], None]
-    drain: Drain | None = None
-
-    def track(self, cancel: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
-        """Register work the drain deadline cancels (see :meth:`Drain.track`)."""
-        return self.drain.track(cancel) if self.drain is not None else contextlib.nullcontext()
-
-
-_CONTEXT: ContextVar[JobContext | None] = ContextVar("voxcast_job_context", default=None)
-
-
-@contextlib.contextmanager
-def bind_context(ctx: JobContext) -> Iterator[JobContext]:
-    """Make ``ctx`` the current job context for the duration of the ``with`` block."""
-    token = _CONTEXT.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _CONTEXT.reset(token)
-
-
-def current_context() -> JobContext:
-    """The context bound by the running worker.
-
-    Raises:
-        EngineUnavailable: called outside a voxcast worker.
-    """
-    ctx = _CONTEXT.get()
-    if ctx is None:
-        raise EngineUnavailable("voxcast jobs run only in a VoxcastWorker (no service is loaded here)")
-    return ctx
 
 
 def _current_job() -> Job:

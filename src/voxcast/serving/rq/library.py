@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from voxcast.prerender.library import PrerenderJob
     from voxcast.prerender.plan import PlanRecord
     from voxcast.prerender.render import Outcome, Work
-    from voxcast.serving.rq.jobs import JobContext
+    from voxcast.serving.rq.context import JobContext
 
 __all__ = [
     "CHUNK_RETRIES",
