@@ -159,7 +159,18 @@ def test_postprocess_takes_a_dc_offset_off_without_touching_the_speech_band() ->
 def test_every_preset_encodes_a_readable_file(name: str) -> None:
     preset = PRESETS[name]
     data = encode_preset(_speech_like(), preset)
-    with sf.SoundFile(io.BytesIO(data)) as f:
+    raw: dict[str, object] = {}
+    if preset.raw:  # Asterisk's headerless files: read as their encoding and rate, as sox -t ul/sln does
+        subtype = {"mulaw": "ULAW", "alaw": "ALAW", "pcm": "PCM_16"}[preset.sample_format]
+        raw = {
+            "format": "RAW",
+            "subtype": subtype,
+            "samplerate": preset.sample_rate,
+            "channels": 1,
+            "endian": "LITTLE",
+        }
+        assert not data.startswith(b"RIFF")
+    with sf.SoundFile(io.BytesIO(data), **raw) as f:
         assert f.samplerate == preset.sample_rate and f.channels == 1
         assert f.frames == pytest.approx(1.6 * preset.sample_rate, rel=0.05)
     if name == "mulaw8k":
