@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 _PHRASES = (
     "sure I can help you with that your order is on its way and should arrive by Tuesday afternoon",
@@ -485,7 +484,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
 def model_path(args: argparse.Namespace) -> Path:
     if args.model:
         return Path(args.model)
-    from bench_engine import checkpoint
+    from benchlib import checkpoint  # scripts/ is on the path of a script run as scripts/bench_load.py
 
     return checkpoint(args.size, args.kind)
 
@@ -580,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                 target.close()
         print(f"  capacity ({transport}): {doc['runs'][transport]['capacity']} requests/s", flush=True)
     try:
-        from bench_engine import machine_info
+        from benchlib import machine_info
 
         doc["machine"] = machine_info()
     except Exception as e:

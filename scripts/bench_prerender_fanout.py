@@ -32,11 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from benchlib import ROOT, checkpoint, machine_info, use_checkout
 
-from bench_engine import checkpoint, machine_info  # noqa: E402
+use_checkout()
 
 TEXTS = [
     "Thank you for calling. Your call is important to us.",
