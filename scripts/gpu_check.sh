@@ -29,7 +29,7 @@ has turbo && timeout "${TURBO_S:-100}" $PY scripts/bench_chatterbox_turbo.py --s
     --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --out "$OUT/chatterbox-turbo-cuda.json" 2>&1 | tee "$OUT/turbo.log"
 # Capacity (issue 45): open-loop Poisson load through the real HTTP server, 0.6B bfloat16 (LOAD_COMPILE=on: compiled).
 has load && VOXCAST_COMPILE=${LOAD_COMPILE:-off} timeout "${LOAD_S:-100}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
-    --rates "${LOAD_RATES:-5,10,20}" --duration "${LOAD_DURATION_S:-8}" --max-active 32 --out "$OUT" 2>&1 | tee "$OUT/load.log"
+    --rates "${LOAD_RATES:-5,10,20}" --duration "${LOAD_DURATION_S:-8}" --max-active "${LOAD_MAX_ACTIVE:-32}" --out "$OUT" 2>&1 | tee "$OUT/load.log"
 has prerender && timeout "${PRERENDER_S:-60}" $PY scripts/bench_prerender_fanout.py --size 0.6b --device cuda \
     --dtype bfloat16 --workers 0 --in-flight 1,16 --prompts "${LIB_PROMPTS:-32}" --frames 36 --out "$OUT" \
     2>&1 | tee "$OUT/prerender-fanout.log"
