@@ -11,6 +11,13 @@ OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="src:.${PYTHONPATH:+:$PYTHONPATH}" VOXCAST_CALIBRATION_DIR=off
 PY=${PY:-python3}
+# The device machine has no registry and no ../shared: wheels voxcast needs beyond its image travel
+# in .whl/ and the Qwen reference configs (random full-size checkpoints) in .gpu/ (see docs/benchmarks.md).
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+[ -d .gpu/qwen3-tts-reference ] && export VOXCAST_QWEN3_REFERENCE=${VOXCAST_QWEN3_REFERENCE:-$PWD/.gpu/qwen3-tts-reference}
 STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which of the seven to run
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
