@@ -15,6 +15,7 @@ __all__ = [
     "EngineUnavailable",
     "InvalidRequest",
     "InvalidVoicePrompt",
+    "OverCapacity",
     "StorageError",
     "VoiceNotFound",
     "VoxcastError",
@@ -73,6 +74,18 @@ class EngineUnavailable(VoxcastError):
     """The engine is not loaded, is shutting down, or its worker thread died."""
 
     code = "engine_unavailable"
+
+
+class OverCapacity(VoxcastError):
+    """One more real-time stream would not keep the running ones viable (admission control): retry
+    after ``retry_after_s``, or on another instance. Only entry points that choose to be refused get
+    it (HTTP, the WebSocket); queue jobs wait for room instead."""
+
+    code = "over_capacity"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Cancelled(VoxcastError):

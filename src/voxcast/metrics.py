@@ -17,7 +17,9 @@ Metric names (all prefixed ``voxcast_``):
   (1 for the current one of loading, warming, ready, failed, draining), ``load_seconds``,
   ``warmup_seconds``, ``startup_seconds{part}`` (``ready``: process start to ready; ``before_load``,
   ``load``, ``kernels``, ``warmup``); counters ``engine_steps_total`` and ``engine_step_rows_total``
-  (their ratio is the mean batch size).
+  (their ratio is the mean batch size), ``engine_skipped_rows_total`` (rows that skipped a round for a
+  new request's first chunk) and ``engine_refused_total`` (real-time requests refused over capacity;
+  each also counts in ``requests_total{outcome="over_capacity"}``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,16 @@ class _EngineCollector(Collector):
             yield GaugeMetricFamily(f"voxcast_{name}", text, value=stats[key])
         yield CounterMetricFamily("voxcast_engine_steps", "batched model steps", value=stats["steps"])
         yield CounterMetricFamily("voxcast_engine_step_rows", "rows in those steps", value=stats["step_rows"])
+        yield CounterMetricFamily(
+            "voxcast_engine_skipped_rows",
+            "rows that skipped a round, ahead of playback, so a new request's first chunk came sooner",
+            value=stats["skipped_rows"],
+        )
+        yield CounterMetricFamily(
+            "voxcast_engine_refused",
+            "real-time requests refused over capacity (admission control)",
+            value=getattr(engine, "refused", 0),
+        )
         yield GaugeMetricFamily("voxcast_load_seconds", "model load time", value=engine.load_ms / 1000)
         yield GaugeMetricFamily("voxcast_warmup_seconds", "warm-up time", value=engine.warmup_ms / 1000)
         if m.startup is not None:

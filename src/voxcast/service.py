@@ -259,8 +259,13 @@ class ServiceStream(Iterator[EncodedChunk]):
         feed: TextFeed | None = None,
         watermark: bool = True,
         keep_file: bool = False,
+        realtime: bool | None = None,
+        refusable: bool = False,
     ) -> None:
         self.request = request
+        #: Played as it arrives (None: the request's ``stream``); refused when the engine is full.
+        self.realtime = realtime
+        self.refusable = refusable
         #: Text that arrives in pieces (:meth:`Service.open`), else None.
         self.feed = feed
         #: The entry point that opened it (metrics label): http, websocket, runpod, rq, cli, python.
@@ -527,6 +532,8 @@ class Service:
         entry: str = "python",
         watermark: bool = True,
         keep_file: bool = False,
+        realtime: bool | None = None,
+        refusable: bool = False,
     ) -> ServiceStream:
         """Validate ``request`` and return a lazy stream of encoded chunks.
 
@@ -540,6 +547,11 @@ class Service:
             keep_file: keep the complete file in ``stream.file`` after iteration: the file that is
                 (or would be) stored, so marked where the watermark is on (a render returned whole,
                 e.g. a RunPod ``stream: false`` job or ``voxcast synth``).
+            realtime: someone plays the audio as it arrives (default: the request's ``stream``);
+                False: no deadline, it yields to new requests (:mod:`voxcast.engine.pacing`).
+            refusable: raise :class:`~voxcast.errors.OverCapacity` from the first ``next()`` when
+                the engine is over capacity (HTTP and WebSocket requests); else it waits for room.
+                A cache hit is never refused.
 
         Raises:
             InvalidRequest: the request is malformed (model-dependent errors come from iteration).
@@ -551,7 +563,16 @@ class Service:
             log_request("", entry, self.metrics.model, None, None, e.code)
             raise
         store = self.config.store_audio if store is None else store
-        return ServiceStream(self, req, store, entry, watermark=watermark, keep_file=keep_file)
+        return ServiceStream(
+            self,
+            req,
+            store,
+            entry,
+            watermark=watermark,
+            keep_file=keep_file,
+            realtime=realtime,
+            refusable=refusable,
+        )
 
     def open(
         self,
@@ -559,11 +580,13 @@ class Service:
         *,
         store: bool | None = None,
         entry: str = "python",
+        refusable: bool = False,
     ) -> ServiceStream:
         """A lazy stream whose text arrives in pieces: ``push(delta)`` as it comes, ``close_text()``
         at its end (see :meth:`Engine.open <voxcast.engine.engine.Engine.open>`). ``request`` holds the
         voice and settings; its ``text`` is optional (the first piece). Never served from the audio
-        cache (the text is not known up front); the render is stored like any other.
+        cache (the text is not known up front); the render is stored like any other. ``refusable``:
+        as for :meth:`synthesize`.
 
         Raises:
             InvalidRequest: bad settings (model-dependent errors come from iteration).
@@ -575,7 +598,7 @@ class Service:
             log_request("", entry, self.metrics.model, None, None, e.code)
             raise
         store = self.config.store_audio if store is None else store
-        return ServiceStream(self, req, store, entry, TextFeed(text=initial))
+        return ServiceStream(self, req, store, entry, TextFeed(text=initial), refusable=refusable)
 
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
         t0 = s.t_start = time.perf_counter()
@@ -674,7 +697,12 @@ class Service:
         req = s.request
         encoder = StreamEncoder(req.response_format, req.sample_rate, self.engine.sample_rate)
         stretcher = TimeStretch(req.speed, self.engine.sample_rate) if req.speed != 1.0 else None
-        es = self.engine.synthesize(req, voice) if s.feed is None else self.engine.open(req, voice, s.feed)
+        flags: dict[str, Any] = {"realtime": s.realtime, "refusable": s.refusable}
+        es = (
+            self.engine.synthesize(req, voice, **flags)
+            if s.feed is None
+            else self.engine.open(req, voice, s.feed, **flags)
+        )
         es.timing = timing
         es.t_origin = t0  # first audio and total count from the request's arrival, voice included
         s._engine_stream = es

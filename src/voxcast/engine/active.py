@@ -27,8 +27,8 @@ class Active:
     """State of one admitted request.
 
     The scheduler thread owns ``pending``, ``target``, ``frames`` and ``codes``; the decode jobs
-    (decode thread, or inline) own ``decoder``, ``seq``, ``samples``, ``codec_s``, ``emits`` and
-    ``durations``. ``failed`` is set once by whichever side fails the stream; both then skip it.
+    (decode thread, or inline) own ``decoder``, ``seq``, ``samples``, ``codec_s``, ``emits``,
+    ``play_end`` and ``durations``. ``failed`` is set once by whichever side fails the stream; both then skip it.
     """
 
     stream: SynthesisStream
@@ -44,6 +44,9 @@ class Active:
     samples: int = 0
     codec_s: float = 0.0
     emits: list[float] = field(default_factory=list)
+    #: When the audio delivered so far has finished playing for a listener who started at the first
+    #: chunk (the scheduler's clock; None before the first chunk): its slack is ``play_end - now``.
+    play_end: float | None = None
     durations: list[float] = field(default_factory=list)
     codes: list[torch.Tensor] = field(default_factory=list)
     first: int = 1

@@ -128,6 +128,23 @@ class EngineConfig:
             and prefill it whole (text in pieces too, once its text decides the prefill), so that
             requests arriving together start together (``VOXCAST_BURST_ADMIT``, on); off, they are
             admitted and prefilled one per round like later arrivals.
+        slack_horizon_ms: while a real-time request waits for its first chunk, streams with more audio
+            delivered ahead of playback than this skip rounds, so the new request's prefill and first
+            frames run sooner; streams without a listener (prerender, batch jobs, responses returned
+            whole) skip too (``VOXCAST_SLACK_HORIZON_MS``, 300; 0 = every stream steps every round).
+            The horizon is never below twice the longest of the last 16 rounds, so a skipped stream
+            keeps more audio in hand than a round costs (:mod:`voxcast.engine.pacing`).
+        admission: refuse a real-time request (HTTP, WebSocket) that would not keep every stream
+            viable, instead of queueing it (``VOXCAST_ADMISSION``, on): the request gets
+            :class:`~voxcast.errors.OverCapacity` (HTTP 503 ``over_capacity`` with ``Retry-After``).
+            Queue entry points (RQ, the RunPod queue handler, prerender) are never refused: they wait.
+            An idle engine always admits.
+        admission_load: the share of a frame's audio duration that the measured batched step may
+            take with one more stream (``VOXCAST_ADMISSION_LOAD``, 0.8; the rest is prefill and
+            decode); before any step is measured nothing is refused for load.
+        admission_queue: real-time requests that may wait for a free slot once ``max_active``
+            streams run (``VOXCAST_ADMISSION_QUEUE``, 0: refused at once, since a queued request's
+            first audio waits for a running stream to end).
         families: modules of more model families to serve (``VOXCAST_FAMILIES``, comma-separated;
             each defines ``FAMILY``, see :func:`voxcast.models.registry.register`).
         settings: the model families' own settings by name, each read from its variable
@@ -159,6 +176,10 @@ class EngineConfig:
     text_wait_s: float = 30.0
     codec_dtype: str = "auto"
     trace_steps: bool = True
+    slack_horizon_ms: float = 300.0
+    admission: bool = True
+    admission_load: float = 0.8
+    admission_queue: int = 0
     families: tuple[str, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -182,6 +203,12 @@ class EngineConfig:
             raise ValueError(f"VOXCAST_HANDOFF_MS must be within [0, 50] (0 = off), not {self.handoff_ms}")
         if self.idle_unload_s < 0:
             raise ValueError(f"VOXCAST_IDLE_UNLOAD_S must be >= 0 (0 = never), not {self.idle_unload_s}")
+        if self.slack_horizon_ms < 0:
+            raise ValueError(f"VOXCAST_SLACK_HORIZON_MS must be >= 0 (0 = off), not {self.slack_horizon_ms}")
+        if not 0 < self.admission_load <= 10:
+            raise ValueError(f"VOXCAST_ADMISSION_LOAD must be within (0, 10], not {self.admission_load}")
+        if self.admission_queue < 0:
+            raise ValueError(f"VOXCAST_ADMISSION_QUEUE must be >= 0, not {self.admission_queue}")
         if self.piece_chars != 0 and self.piece_chars < 20:
             raise ValueError(f"VOXCAST_PIECE_CHARS must be 0 (off) or >= 20, not {self.piece_chars}")
         if isinstance(self.decode_thread, bool):  # EngineConfig(decode_thread=True) as before
@@ -223,6 +250,10 @@ class EngineConfig:
             text_wait_s=env_float(env, "VOXCAST_TEXT_WAIT_S", d.text_wait_s, lo=0.1),
             trace_steps=env_bool(env, "VOXCAST_TRACE_STEPS", d.trace_steps),
             codec_dtype=(env_str(env, "VOXCAST_CODEC_DTYPE") or d.codec_dtype).lower(),
+            slack_horizon_ms=env_float(env, "VOXCAST_SLACK_HORIZON_MS", d.slack_horizon_ms, lo=0.0),
+            admission=env_bool(env, "VOXCAST_ADMISSION", d.admission),
+            admission_load=env_float(env, "VOXCAST_ADMISSION_LOAD", d.admission_load, positive=True, hi=10.0),
+            admission_queue=env_int(env, "VOXCAST_ADMISSION_QUEUE", d.admission_queue, lo=0),
             families=families,
             settings=registry.settings_from_env(env),
         )

@@ -25,6 +25,7 @@ import torch
 from voxcast.audio.reference import load_reference_audio
 from voxcast.engine.config import EngineConfig
 from voxcast.engine.model_info import ModelInfo
+from voxcast.engine.pacing import over_capacity
 from voxcast.engine.precision import Precision, log_fallbacks, native_bfloat16, resolve_precision
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.runtime_info import runtime_choices
@@ -33,7 +34,7 @@ from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.threads import on_fresh_thread
 from voxcast.engine.warmup import calibrate, warm
-from voxcast.errors import EngineUnavailable, InvalidRequest
+from voxcast.errors import EngineUnavailable, InvalidRequest, OverCapacity
 from voxcast.memory import rss_mb, trim_heap
 from voxcast.models.base import Capabilities, LoadOptions, TTSModel
 from voxcast.models.registry import load_model
@@ -69,6 +70,7 @@ class Engine:
         *,
         load_ms: float = 0.0,
         options: LoadOptions | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._model: TTSModel | None = model
         self.config = config
@@ -95,7 +97,13 @@ class Engine:
         self.warmed = False
         on_cpu = options is None or torch.device(options.device).type == "cpu"
         handoff_s = config.handoff_ms / 1000 if on_cpu else 0.0
-        self._scheduler = Scheduler(config, self._info, lambda: self.model, self._maybe_unload, handoff_s)
+        self._scheduler = Scheduler(
+            config, self._info, lambda: self.model, self._maybe_unload, handoff_s, clock=clock
+        )
+        #: Held while a refusable stream is checked and queued (admission: no two pass on one slot).
+        self._admission_lock = threading.Lock()
+        #: Real-time requests refused by admission control (:meth:`over_capacity`).
+        self.refused = 0
         #: ``decode_thread=auto``: the warm-up's timings of both modes (see calibrate_decode_thread).
         self.decode_calibration: dict[str, Any] | None = None
         #: The dtypes in use (bfloat16 settings fall back to float32 where it is not native).
@@ -107,9 +115,16 @@ class Engine:
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, config: EngineConfig, on_warmup: Callable[[], None] | None = None) -> Engine:
+    def load(
+        cls,
+        config: EngineConfig,
+        on_warmup: Callable[[], None] | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> Engine:
         """Load ``config.model``, start the scheduler and (unless disabled) warm every path;
-        ``on_warmup`` is called when loading is done and warm-up begins (readiness reporting)."""
+        ``on_warmup`` is called when loading is done and warm-up begins (readiness reporting);
+        ``clock``: what pacing measures slack and step times with (tests pass a fake one)."""
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         t0 = time.perf_counter()
@@ -131,7 +146,7 @@ class Engine:
         # see voxcast.engine.threads: no lasting OpenMP team on this thread
         model = on_fresh_thread(lambda: load_model(config.model, options))
         load_ms = (time.perf_counter() - t0) * 1000
-        engine = cls(model, config, load_ms=load_ms, options=options)
+        engine = cls(model, config, load_ms=load_ms, options=options, clock=clock)
         engine.precision = precision
         log.info("loaded %s (%s) in %.0f ms", config.model, model.model_type, load_ms)
         if config.warmup:
@@ -338,14 +353,52 @@ class Engine:
         (text in pieces), and the ``steps`` / ``step_rows`` counters."""
         return self._scheduler.stats()
 
+    # -- admission -------------------------------------------------------------------------------
+    @property
+    def frame_s(self) -> float:
+        """Seconds of audio in one frame (0.08 at 12.5 Hz)."""
+        return self._info.samples_per_frame / self._info.sample_rate
+
+    def over_capacity(self) -> str | None:
+        """Why one more real-time stream would not keep every stream viable now (None: it fits, or
+        admission control is off): :func:`voxcast.engine.pacing.over_capacity` on the slots held and
+        waiting and the measured step times."""
+        c = self.config
+        if not c.admission:
+            return None
+        sched = self._scheduler
+        return over_capacity(sched.room(), sched.costs, self.frame_s, c.admission_load, c.admission_queue)
+
+    def capacity(self) -> dict[str, Any]:
+        """A monitoring snapshot of admission: the measured step ms by batch size, the frame's ms,
+        the requests refused so far and why the next one would be (None: it would be admitted)."""
+        measured = self._scheduler.costs.measured()
+        return {
+            "step_ms": {n: round(s * 1000, 3) for n, s in sorted(measured.items())},
+            "frame_ms": round(self.frame_s * 1000, 3),
+            "refused": self.refused,
+            "over_capacity": self.over_capacity(),
+        }
+
     # -- public API ------------------------------------------------------------------------------
-    def synthesize(self, request: SynthesisRequest | dict[str, Any], voice: Any = None) -> SynthesisStream:
+    def synthesize(
+        self,
+        request: SynthesisRequest | dict[str, Any],
+        voice: Any = None,
+        *,
+        realtime: bool | None = None,
+        refusable: bool = False,
+    ) -> SynthesisStream:
         """Start (lazily) one synthesis.
 
         Args:
             request: a validated request or a mapping (validated here).
             voice: a ``VoicePrompt`` for cloning (Base models); when None and the request carries
                 ``ref_audio``, the prompt is built from it when iteration starts.
+            realtime: someone plays the audio as it arrives (default: the request's ``stream``);
+                False: no deadline, so it yields to new requests (prerender, batch jobs).
+            refusable: when it starts while the engine is over capacity (:meth:`over_capacity`),
+                its first ``next()`` raises :class:`OverCapacity` instead of queueing it.
 
         Returns:
             A stream: nothing runs until it is iterated.
@@ -357,11 +410,24 @@ class Engine:
         req = parse_request(request)
         prepare = self._prepare_voice if voice is None and req.ref_audio is not None else None
         return SynthesisStream(
-            req, voice, self._submit, lambda: self.alive, prepare, on_cancel=self._scheduler.wake
+            req,
+            voice,
+            self._submit,
+            lambda: self.alive,
+            prepare,
+            on_cancel=self._scheduler.wake,
+            realtime=req.stream if realtime is None else realtime,
+            refusable=refusable,
         )
 
     def open(
-        self, request: SynthesisRequest | dict[str, Any], voice: Any = None, feed: TextFeed | None = None
+        self,
+        request: SynthesisRequest | dict[str, Any],
+        voice: Any = None,
+        feed: TextFeed | None = None,
+        *,
+        realtime: bool | None = None,
+        refusable: bool = False,
     ) -> SynthesisStream:
         """Start (lazily) a synthesis whose text arrives in pieces (an LLM's tokens).
 
@@ -377,7 +443,8 @@ class Engine:
         creates it before the stream starts); its text up front comes before ``request``'s text.
 
         A layout that needs whole text (``non_streaming_text=True``) is spoken sentence by sentence,
-        each as soon as the text after it has started.
+        each as soon as the text after it has started. ``realtime`` and ``refusable``: as for
+        :meth:`synthesize`.
 
         Raises:
             InvalidRequest: bad settings (model-dependent problems come from iteration).
@@ -390,7 +457,15 @@ class Engine:
             feed.push(initial)
         feed.on_change = self._scheduler.wake
         return SynthesisStream(
-            req, voice, self._submit, lambda: self.alive, prepare, feed, self._scheduler.wake
+            req,
+            voice,
+            self._submit,
+            lambda: self.alive,
+            prepare,
+            feed,
+            self._scheduler.wake,
+            realtime=req.stream if realtime is None else realtime,
+            refusable=refusable,
         )
 
     def create_voice(
@@ -439,7 +514,23 @@ class Engine:
     def _submit(self, stream: SynthesisStream) -> None:
         if not self.alive:
             raise EngineUnavailable("the engine is not running")
+        if not stream.refusable:
+            self._queue(stream)
+            return
+        with self._admission_lock:  # checked and queued together: two requests never take one slot
+            reason = self.over_capacity()
+            if reason is not None:
+                self.refused += 1
+                log.info(
+                    "request %s refused: over capacity (%s)",
+                    stream.timing.request_id,
+                    reason,
+                    extra={"request_id": stream.timing.request_id},
+                )
+                raise OverCapacity(f"over capacity: {reason}; retry later", retry_after_s=1)
+            self._queue(stream)
 
+    def _queue(self, stream: SynthesisStream) -> None:
         def queue_it() -> None:  # under the users lock: an unload never happens in between
             stream.timing.load_ms = self.load_ms
             stream.timing.warmup_ms = self.warmup_ms

@@ -33,6 +33,7 @@ from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.config import EngineConfig, max_frames_for_text
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.model_info import ModelInfo
+from voxcast.engine.pacing import Room, RoundCosts, Row, rows_to_step
 from voxcast.engine.stream import SynthesisStream
 from voxcast.errors import EngineUnavailable, InvalidRequest
 from voxcast.models.base import FrameGenerator, LookaheadDecoder, OpenPrompt, TTSModel
@@ -98,6 +99,7 @@ class Scheduler:
         model: the loaded model (raises :class:`EngineUnavailable` while it is unloaded).
         on_round: called once per round on the scheduler thread (the engine's idle unload).
         handoff_s: the pause after a step that produced streams' first chunks (0: none).
+        clock: seconds, monotonic: what pacing measures slack and round costs with (tests inject one).
     """
 
     def __init__(
@@ -107,8 +109,14 @@ class Scheduler:
         model: Callable[[], TTSModel],
         on_round: Callable[[], None],
         handoff_s: float,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.config = config
+        self.clock = clock
+        #: Measured step times by batch size (admission) and the longest recent rounds (the horizon).
+        self.costs = RoundCosts()
+        #: Rows that skipped a round so that a new request's first chunk came sooner (pacing).
+        self.skipped_rows = 0
         self._info = info
         self._model = model
         self._on_round = on_round
@@ -190,11 +198,13 @@ class Scheduler:
             with torch.inference_mode():
                 while not self._stopping.is_set():
                     self._wake.clear()  # before looking: a wake-up from here on is not lost
+                    t0 = self.clock()
                     self._admit()
                     self._feed_text()  # after admitting: a new stream's text decides its prefill now
                     self._on_round()
                     self._prefill_part()
                     self._advance_all()
+                    self.costs.record_round(self.clock() - t0)
                     if not self._runnable() and self._pending.empty():
                         self._wake.wait(_IDLE_WAIT_S)
         except BaseException:  # the thread must not die silently
@@ -251,6 +261,37 @@ class Scheduler:
                 stream._fail(e)
             if playing:  # one prefill per round while others play: they stall by one part at most
                 return
+
+    def room(self) -> Room:
+        """Slots held and streams waiting for one (a snapshot read off the scheduler thread)."""
+        return Room(len(self._active) + len(self._prefilling), self._pending.qsize(), self.config.max_active)
+
+    def _urgent(self) -> bool:
+        """Whether a real-time request waits for its first chunk: prefilling, generating its first
+        frames, or queued while a slot is free (admitted next round)."""
+        if any(act.stream.realtime for act in self._prefilling):
+            return True
+        for act in self._active:
+            if act.stream.realtime and act.play_end is None and not act.waiting_text:
+                return True
+        return (
+            not self._pending.empty() and len(self._active) + len(self._prefilling) < self.config.max_active
+        )
+
+    def _horizon_s(self) -> float:
+        """The slack beyond which a stream may skip a round: the setting, but at least twice the
+        longest recent round (0: pacing off)."""
+        horizon = self.config.slack_horizon_ms / 1000
+        return max(horizon, 2 * self.costs.recent_max_s()) if horizon > 0 else 0.0
+
+    def _paced(self, acts: list[Active]) -> list[Active]:
+        """The rows of ``acts`` that take a frame this round (:func:`~voxcast.engine.pacing.rows_to_step`)."""
+        if len(acts) < 2 and not self._prefilling and self._pending.empty():
+            return acts  # nobody else to make room for
+        rows = [Row(act.stream.realtime, act.play_end) for act in acts]
+        steps = rows_to_step(rows, self.clock(), self._horizon_s(), self._urgent())
+        self.skipped_rows += len(acts) - sum(steps)
+        return [act for act, step in zip(acts, steps, strict=True) if step]
 
     def _runnable(self) -> bool:
         """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
@@ -640,10 +681,13 @@ class Scheduler:
             else:
                 self._resume(act)
                 acts.append(act)
+        acts = self._paced(acts)
         if not acts:
             return
         try:
+            t0 = self.clock()
             frames = self._step([act.generator for act in acts])
+            self.costs.record_step(len(acts), self.clock() - t0)
         except Exception as e:
             log.exception("batched step failed (%d requests)", len(acts))
             for act in acts:
@@ -679,7 +723,7 @@ class Scheduler:
         """What the engine holds now (read without a lock: a monitoring snapshot, not a contract):
         ``active`` streams generating, ``prefilling`` admitted streams still in their prefill,
         ``waiting`` streams not yet admitted, ``waiting_text`` admitted streams waiting for text
-        (text in pieces), and the ``steps`` / ``step_rows`` counters."""
+        (text in pieces), and the ``steps`` / ``step_rows`` / ``skipped_rows`` counters."""
         return {
             "active": len(self._active),
             "prefilling": len(self._prefilling),
@@ -687,6 +731,7 @@ class Scheduler:
             "waiting_text": len(self._opening) + sum(1 for a in self._active if a.waiting_text),
             "steps": self.steps,
             "step_rows": self.step_rows,
+            "skipped_rows": self.skipped_rows,
         }
 
     def _advance(self, act: Active, codes: torch.Tensor | None) -> None:
@@ -762,6 +807,8 @@ class Scheduler:
         chunk = AudioChunk(act.seq, pcm, self.sample_rate, frames, t1)
         if act.seq == 0:
             act.stream.timing.ttfa_ms = (t1 - act.stream.started_at) * 1000
+        now = self.clock()
+        act.play_end = max(now if act.play_end is None else act.play_end, now) + chunk.duration_s
         act.seq += 1
         act.samples += len(pcm)
         act.emits.append(t1)

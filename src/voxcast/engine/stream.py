@@ -45,8 +45,15 @@ class SynthesisStream(Iterator[AudioChunk]):
         prepare: Callable[[SynthesisStream], None] | None = None,
         feed: TextFeed | None = None,
         on_cancel: Callable[[], None] | None = None,
+        *,
+        realtime: bool = True,
+        refusable: bool = False,
     ) -> None:
         self.request = request
+        #: Someone plays it as it arrives (pacing keeps it ahead of playback); False: no deadline.
+        self.realtime = realtime
+        #: Refused with :class:`~voxcast.errors.OverCapacity` when the engine is full (else it waits).
+        self.refusable = refusable
         self.voice = voice
         #: The text as it arrives (None: the request's text is the whole text).
         self.feed = feed
@@ -104,7 +111,11 @@ class SynthesisStream(Iterator[AudioChunk]):
                 self._finished = True
                 raise
         self.t_submit = time.perf_counter()
-        self._submit(self)
+        try:
+            self._submit(self)
+        except BaseException:
+            self._finished = True
+            raise
 
     def cancel(self) -> None:
         """Stop generating (thread-safe); the iterator ends within one frame."""

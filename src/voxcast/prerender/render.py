@@ -148,7 +148,9 @@ class PromptRenderer:
 
     def _synthesize(self, request: SynthesisRequest, stop: threading.Event) -> tuple[np.ndarray, Any]:
         # unmarked (the cache entry too): the files are marked after post-processing (_render)
-        stream = self.service.synthesize(request, store=False, entry="prerender", watermark=False)
+        stream = self.service.synthesize(
+            request, store=False, entry="prerender", watermark=False, realtime=False
+        )
         parts = []
         try:
             for chunk in stream:

@@ -265,7 +265,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             if header_id and "request_id" not in fields:  # a tracing header never fails a request
                 fields["request_id"] = request_id_for(header_id)
             to_service = True
-            stream = service.synthesize(fields, entry="http")
+            stream = service.synthesize(fields, entry="http", refusable=True)
             set_request_id(stream.request_id)  # this request's task
             return await open_speech(
                 stream,

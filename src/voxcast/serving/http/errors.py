@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from voxcast.errors import EngineUnavailable, InvalidRequest, StorageError, VoiceNotFound, VoxcastError
+from voxcast.errors import (
+    EngineUnavailable,
+    InvalidRequest,
+    OverCapacity,
+    StorageError,
+    VoiceNotFound,
+    VoxcastError,
+)
 from voxcast.serving.drain import WorkerShutdown
 
 __all__ = ["HttpError", "error_body", "error_for"]
@@ -69,6 +76,8 @@ def error_for(e: BaseException) -> HttpError:
         return HttpError(404, e.message, code=e.code, field=e.field)
     if isinstance(e, InvalidRequest):
         return HttpError(400, e.message, code=e.code, field=e.field)
+    if isinstance(e, OverCapacity):  # admission control: come back soon, or try another instance
+        return HttpError(503, e.message, code=e.code, headers={"Retry-After": str(e.retry_after_s)})
     if isinstance(e, EngineUnavailable | WorkerShutdown):
         return HttpError(503, e.message, code=e.code, headers={"Retry-After": "5"})
     if isinstance(e, StorageError):

@@ -133,7 +133,10 @@ def _is_unicode(text: str) -> bool:
 
 def _err(e: BaseException) -> dict[str, Any]:
     err = error_for(e)
-    return {"type": "error", **error_body(err.status, err.message, err.code, err.field)}
+    out = {"type": "error", **error_body(err.status, err.message, err.code, err.field)}
+    if "Retry-After" in err.headers:  # over capacity: a socket has no headers, so the message says it
+        out["retry_after_s"] = int(err.headers["Retry-After"])
+    return out
 
 
 class SpeechSocket:
@@ -290,7 +293,7 @@ class SpeechSocket:
             seg = None
         if seg is None or seg.epoch != self.epoch:
             assert self.config is not None
-            stream = self.service.open(self.config, entry="websocket")
+            stream = self.service.open(self.config, entry="websocket", refusable=True)
             seg = self.open = _Segment("", self.epoch, dict(self.config), self.framer, stream)
             await self.queue.put(seg)
         assert seg.stream is not None
@@ -389,7 +392,9 @@ class SpeechSocket:
         stream = item.stream
         if stream is None:
             try:
-                stream = self.service.synthesize({**item.config, "text": item.text}, entry="websocket")
+                stream = self.service.synthesize(
+                    {**item.config, "text": item.text}, entry="websocket", refusable=True
+                )
             except VoxcastError as e:
                 await self.send({**_err(e), "segment": segment})
                 return

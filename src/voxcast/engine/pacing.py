@@ -1,0 +1,180 @@
+"""Streaming-aware pacing: which streams take a frame in a round, and whether one more fits.
+
+A listener starts playing a stream at its first chunk's arrival and plays on in real time, pausing
+only while it waits for audio (the model of :func:`voxcast.engine.timing.playback_stalls` and of
+``scripts/bench_load.py``). A stream's **slack** is the audio it has delivered that the listener has not
+played yet: ``play_end - now``. A stream with more slack than a round can cost does not need a frame
+this round. So while a new real-time request waits for its first chunk (its prefill runs, its first
+frames are generated), streams whose slack exceeds the horizon skip rounds, and the rows that need
+frames still run together in one batched step: the new request's first chunk is not queued behind
+frames nobody needs yet (VoxServe's slack scheduling, docs in /shared/docs/gpu-serving.md). Streams
+without a listener (prerender, batch jobs, responses returned whole) have no deadline and yield to
+every new request. With nobody waiting for a first chunk every stream steps every round.
+
+:class:`RoundCosts` measures the batched step's time per batch size; :func:`over_capacity` tells the
+entry points that refuse work (HTTP, the WebSocket) whether one more real-time stream would still let
+every round finish within a frame of audio, and whether it would wait for a free slot. Everything here
+is pure: times come from the scheduler's (injectable) clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Room", "RoundCosts", "Row", "over_capacity", "rows_to_step"]
+
+EWMA_WEIGHT = 0.25
+"""Weight of a new round time in its batch size's moving average."""
+
+MIN_SAMPLES = 3
+"""Rounds of one batch size measured before its average is trusted (the first may include compiles)."""
+
+RECENT_ROUNDS = 16
+"""Rounds whose longest one sizes the horizon's floor (:meth:`RoundCosts.recent_max_s`)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """What pacing needs to know of one stream that could take a frame this round.
+
+    Attributes:
+        realtime: someone listens as it plays (a streamed response); False: no deadline.
+        play_end: when the audio delivered so far has finished playing (clock seconds), None before
+            the first chunk.
+    """
+
+    realtime: bool
+    play_end: float | None
+
+    def slack_s(self, now: float) -> float | None:
+        """Audio delivered ahead of playback at ``now`` (negative: the listener waits), None before
+        the first chunk."""
+        return None if self.play_end is None else self.play_end - now
+
+
+def rows_to_step(rows: Sequence[Row], now: float, horizon_s: float, urgent: bool) -> list[bool]:
+    """Which of ``rows`` take a frame this round.
+
+    Args:
+        rows: the streams that could step (not waiting for text).
+        now: the scheduler clock.
+        horizon_s: slack beyond which a real-time stream may skip a round (0: none skips).
+        urgent: a real-time request waits for its first chunk (admitted or about to be).
+
+    Returns:
+        One flag per row. Not urgent (or no horizon): every row. Urgent: the real-time rows still
+        before their first chunk or with at most ``horizon_s`` of slack; the rest skip the round.
+    """
+    if not urgent or horizon_s <= 0:
+        return [True] * len(rows)
+    out = []
+    for row in rows:
+        slack = row.slack_s(now)
+        out.append(row.realtime and (slack is None or slack <= horizon_s))
+    return out
+
+
+class RoundCosts:
+    """Measured time of the batched frame step by batch size (moving averages), and the longest
+    recent rounds (not thread-safe: the scheduler thread writes, readers take a snapshot)."""
+
+    def __init__(self) -> None:
+        self._mean: dict[int, float] = {}
+        self._count: dict[int, int] = {}
+        self._recent: deque[float] = deque(maxlen=RECENT_ROUNDS)
+
+    def record_step(self, rows: int, seconds: float) -> None:
+        """One batched step of ``rows`` rows took ``seconds`` (model step and chunk hand-over)."""
+        n = self._count.get(rows, 0)
+        old = self._mean.get(rows, seconds)
+        self._mean[rows] = seconds if n == 0 else old + EWMA_WEIGHT * (seconds - old)
+        self._count[rows] = n + 1
+
+    def record_round(self, seconds: float) -> None:
+        """A whole scheduler round (admission, prefill part, step, first-chunk decodes) took ``seconds``."""
+        self._recent.append(seconds)
+
+    def recent_max_s(self) -> float:
+        """The longest of the last :data:`RECENT_ROUNDS` rounds (0 before any)."""
+        return max(self._recent, default=0.0)
+
+    def measured(self) -> dict[int, float]:
+        """The trusted averages: batch size -> seconds a step."""
+        return {k: v for k, v in self._mean.items() if self._count.get(k, 0) >= MIN_SAMPLES}
+
+    def predict_s(self, rows: int) -> float | None:
+        """The expected step time with ``rows`` rows: measured, else a line fitted through the
+        measured sizes (``a + b * rows``, neither negative), else proportional to the one measured
+        size; None before any size is trusted. Extrapolating proportionally overestimates a GPU's
+        cost (batching is sublinear there): conservative."""
+        known = self.measured()
+        if rows in known:
+            return known[rows]
+        if not known:
+            return None
+        if len(known) == 1:
+            ((k, t),) = known.items()
+            return t * max(rows, k) / k
+        xs, ys = list(known), list(known.values())
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var)
+        base = max(0.0, my - slope * mx)
+        return base + slope * rows
+
+
+@dataclass(frozen=True)
+class Room:
+    """The engine's occupancy as admission sees it.
+
+    Attributes:
+        held: admitted streams that hold a slot (generating or prefilling).
+        waiting: streams queued for a slot.
+        max_active: slots.
+    """
+
+    held: int
+    waiting: int
+    max_active: int
+
+    @property
+    def idle(self) -> bool:
+        return self.held == 0 and self.waiting == 0
+
+
+def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, queue: int) -> str | None:
+    """Why one more real-time stream would not keep every stream viable, or None when it fits.
+
+    Never refuses on an idle engine. Otherwise it refuses when
+
+    - the new stream would wait for a slot behind more than ``queue`` others (``max_active`` full), or
+    - the measured step time with every stream it would run together, the new one included, exceeds
+      ``load`` x ``frame_s`` (a round must produce a frame of audio for each row faster than that
+      frame plays). Before any step time is measured this never refuses.
+
+    Args:
+        room: the engine's occupancy.
+        costs: the measured step times.
+        frame_s: the audio duration of one frame (0.08 s at 12.5 Hz).
+        load: the share of a frame's duration a step may take.
+        queue: streams that may wait for a slot beyond ``max_active``.
+    """
+    if room.idle:
+        return None
+    rows = room.held + room.waiting + 1
+    beyond = rows - room.max_active
+    if beyond > queue:
+        return (
+            f"all {room.max_active} streams are taken and {room.waiting} wait"
+            f" (VOXCAST_MAX_ACTIVE, VOXCAST_ADMISSION_QUEUE={queue})"
+        )
+    batch = min(rows, room.max_active)
+    step_s = costs.predict_s(batch)
+    if step_s is not None and step_s > load * frame_s:
+        return (
+            f"a step of {batch} streams takes about {step_s * 1000:.0f} ms, over"
+            f" {load:g} x the {frame_s * 1000:.0f} ms a frame plays (VOXCAST_ADMISSION_LOAD)"
+        )
+    return None
