@@ -1,0 +1,171 @@
+"""Streaming-aware pacing in the engine (tiny model, fake clock): a new request's first chunk is not
+queued behind frames of streams that are far enough ahead of playback.
+
+The scheduler's clock is injected, so slack (audio delivered ahead of a listener who started at the
+first chunk) is decided by the test, not by how fast this machine runs: a frozen clock means every
+delivered chunk is still unplayed (lots of slack); a clock that jumps a second on every reading means
+every stream is behind playback (no slack). The model's batched step and the generators' prefill parts
+are recorded in order; the tests assert which streams stepped while the new one waited for its first
+chunk, never how long anything took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+
+Factory = Callable[[str], Path]
+LONG = "A stream that has been speaking for a while is well ahead of its listener by now."
+NEW = "A new caller waits for the first audio of a reply that starts right away, please."
+
+
+class FakeClock:
+    """Frozen (``step=0``), or moving ``step`` seconds at every reading."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 1000.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class Recorder:
+    """Records the engine model's batched steps and prefill parts, in order, by generator number
+    (0: the first generator built, 1: the second, ...)."""
+
+    def __init__(self, model: Any) -> None:
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self._ids: dict[int, int] = {}
+        inner_new, inner_step = model.new_generator, model.step_many
+
+        def new_generator(*a: Any, **kw: Any) -> Any:
+            gen = inner_new(*a, **kw)
+            n = self._ids[id(gen)] = len(self._ids)
+            inner_part = gen.prefill_part
+
+            def prefill_part(limit: int | None) -> bool:
+                self.events.append(("prefill", frozenset({n})))
+                return bool(inner_part(limit))
+
+            gen.prefill_part = prefill_part
+            return gen
+
+        def step_many(gens: list[Any]) -> list[Any]:
+            self.events.append(("step", frozenset(self._ids[id(g)] for g in gens)))
+            return list(inner_step(gens))
+
+        model.new_generator, model.step_many = new_generator, step_many
+
+    def window(self, new: int) -> list[tuple[str, frozenset[int]]]:
+        """The events from generator ``new``'s first prefill part through its first step."""
+        start = next(i for i, (kind, ids) in enumerate(self.events) if kind == "prefill" and new in ids)
+        end = next(i for i, (kind, ids) in enumerate(self.events) if kind == "step" and new in ids)
+        return self.events[start : end + 1]
+
+
+@pytest.fixture
+def engine_on(tiny_model_dir: Factory) -> Iterator[Callable[..., tuple[Engine, Recorder]]]:
+    made: list[Engine] = []
+
+    def make(clock: FakeClock, horizon_ms: float = 300.0) -> tuple[Engine, Recorder]:
+        config = EngineConfig(
+            model=str(tiny_model_dir("custom_voice")),
+            device="cpu",
+            warmup=False,
+            prefill_chunk=4,  # the new request's prefill runs in several parts
+            decode_thread="off",  # every chunk delivered on the scheduler thread: one order of events
+            handoff_ms=0,
+            slack_horizon_ms=horizon_ms,
+        )
+        engine = Engine.load(config, clock=clock)
+        made.append(engine)
+        return engine, Recorder(engine.model)
+
+    yield make
+    for engine in made:
+        engine.close()
+
+
+def _request(text: str, frames: int) -> dict[str, Any]:
+    return {"text": text, "voice": "ryan", "max_frames": frames, "greedy": True}
+
+
+def _run_past(engine: Engine, chunks: int, **flags: Any) -> Any:
+    """A long stream that has delivered ``chunks`` chunks (still generating)."""
+    stream = engine.synthesize(_request(LONG, 4000), **flags)
+    for _ in range(chunks):
+        next(stream)
+    return stream
+
+
+def _new_first_chunk(engine: Engine) -> Any:
+    new = engine.synthesize(_request(NEW, 40))
+    first = next(new)
+    assert first.seq == 0
+    return new
+
+
+def test_streams_with_slack_skip_rounds_until_the_new_request_has_its_first_chunk(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    engine, rec = engine_on(FakeClock())  # frozen: everything delivered is still ahead of playback
+    old = _run_past(engine, 6)  # 1+1+1+1+2+3 frames = 720 ms delivered > 300 ms horizon
+    new = _new_first_chunk(engine)
+    window = rec.window(1)
+    assert sum(kind == "prefill" for kind, _ in window) > 1  # the prefill ran in parts...
+    assert all(0 not in ids for kind, ids in window if kind == "step")  # ...and no frame of 0 between
+    assert window[-1] == ("step", frozenset({1}))
+    assert engine.stats()["skipped_rows"] > 0
+    next(new)  # once the first chunk is out, both step again, batched together
+    assert ("step", frozenset({0, 1})) in rec.events
+    old.cancel()
+    new.cancel()
+
+
+def test_streams_without_slack_keep_their_frames(engine_on: Callable[..., tuple[Engine, Recorder]]) -> None:
+    engine, rec = engine_on(FakeClock(step=1.0))  # a second passes at every reading: always behind
+    old = _run_past(engine, 6)
+    new = _new_first_chunk(engine)
+    steps = [ids for kind, ids in rec.window(1) if kind == "step"]
+    assert steps and all(0 in ids for ids in steps)  # stepped between the parts and with the new one
+    assert engine.stats()["skipped_rows"] == 0
+    old.cancel()
+    new.cancel()
+
+
+def test_streams_without_a_listener_yield_however_far_behind(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    engine, rec = engine_on(FakeClock(step=1.0))
+    batch = _run_past(engine, 6, realtime=False)  # a prerender or queue job: no deadline
+    new = _new_first_chunk(engine)
+    assert all(0 not in ids for kind, ids in rec.window(1) if kind == "step")
+    batch.cancel()
+    new.cancel()
+
+
+def test_with_pacing_off_every_stream_steps_every_round(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    engine, rec = engine_on(FakeClock(), horizon_ms=0)
+    old = _run_past(engine, 6)
+    new = _new_first_chunk(engine)
+    assert any(0 in ids for kind, ids in rec.window(1) if kind == "step")
+    assert engine.stats()["skipped_rows"] == 0
+    old.cancel()
+    new.cancel()
+
+
+def test_an_idle_engine_admits_a_refusable_request(engine_on: Callable[..., tuple[Engine, Recorder]]) -> None:
+    engine, _ = engine_on(FakeClock())
+    assert engine.over_capacity() is None
+    chunks = list(engine.synthesize(_request(NEW, 6), refusable=True))
+    assert sum(c.frames for c in chunks) == 6
