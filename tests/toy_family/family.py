@@ -36,7 +36,16 @@ def make_checkpoint(
 FAMILY = ModelFamily(
     name="toy_sine",
     load=load,
-    settings=(Setting("toy_amplitude", "VOXCAST_TOY_AMPLITUDE", int_in(1, 100), default=30, doc="percent"),),
+    settings=(
+        Setting("toy_amplitude", "VOXCAST_TOY_AMPLITUDE", int_in(1, 100), default=30, doc="percent"),
+        Setting(
+            "toy_step_ms",
+            "VOXCAST_TOY_STEP_MS",
+            int_in(0, 1000),
+            default=0,
+            doc="ms a batched step sleeps per row: a slow model for admission-control tests",
+        ),
+    ),
     test_checkpoints=TestCheckpoints(
         kinds=("toy_sine",),
         sizes=("tiny",),

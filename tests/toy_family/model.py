@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,8 @@ class SineModel:
         self.samples_per_frame = int(config["samples_per_frame"])
         self._pitches: dict[str, float] = {k.lower(): float(v) for k, v in config["speakers"].items()}
         self.amplitude = int(options.setting("toy_amplitude", 30)) / 100
+        #: Seconds a batched step takes per row (``toy_step_ms``): a model as slow as one likes.
+        self.step_s = int(options.setting("toy_step_ms", 0)) / 1000
         self.identity = "sine-" + hashlib.sha256(raw).hexdigest()[:16]
 
     @property
@@ -181,6 +184,8 @@ class SineModel:
         return SineGenerator(prompt, sampling, max_frames)
 
     def step_many(self, generators: list[Any]) -> list[torch.Tensor | None]:
+        if self.step_s:
+            time.sleep(self.step_s * len(generators))
         return [g.step() for g in generators]
 
     def new_decoder(self, voice: Any = None, seed: int | None = None) -> StreamingDecoder:

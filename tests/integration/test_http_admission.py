@@ -1,0 +1,162 @@
+"""Admission control against the real server (uvicorn on loopback): a model slow enough that one more
+stream would not keep real time is refused with 503 ``over_capacity`` and ``Retry-After``, while the
+stream already running plays on without a stall and the queue entry points wait and complete.
+
+The model is the toy family (tests/toy_family) with ``toy_step_ms=10``: each batched step sleeps 10 ms
+per row. With ``admission_load=0.2`` a step may take 16 ms of the toy's 80 ms frame, so one stream
+(10 ms) fits and two (20 ms) do not; an idle engine always admits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from websockets.sync.client import connect
+
+from tests.fixtures.http_server import Recorder, ended, running, wait_until
+from tests.fixtures.models import build_cached
+from tests.toy_family.family import PITCHES, SAMPLE_RATE, SAMPLES_PER_FRAME
+from tests.toy_family.model import FRAMES_PER_WORD, sine
+from voxcast import Engine, EngineConfig
+from voxcast.audio.pcm import float_to_int16
+from voxcast.models import registry
+from voxcast.service import Service, ServiceConfig
+from voxcast.serving.http.app import ServiceHolder, create_app
+from voxcast.serving.http.config import HttpConfig
+from voxcast.serving.runpod.config import RunpodConfig
+from voxcast.serving.runpod.handler import RunpodHandler
+from voxcast.storage.local import LocalBlobStore
+
+FAMILY_MODULE = "tests.toy_family.family"
+LONG = " ".join(["word"] * 60)  # 180 frames: 14.4 s of audio, at least 1.8 s of 10 ms steps
+SHORT = "Thanks for calling."
+AMPLITUDE = 0.3  # the toy's default
+
+
+def _pcm(text: str, voice: str = "low") -> bytes:
+    frames = FRAMES_PER_WORD * len(text.split())
+    tone = sine(PITCHES[voice], 0, frames * SAMPLES_PER_FRAME, SAMPLE_RATE, AMPLITUDE)
+    return float_to_int16(tone).tobytes()
+
+
+def _body(text: str) -> dict[str, Any]:
+    return {"input": text, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE, "cache": False}
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    registry.register(FAMILY_MODULE)
+    config = EngineConfig(
+        model=str(build_cached("toy_sine")),
+        device="cpu",
+        warmup=False,
+        settings={"toy_step_ms": 10},
+        admission_load=0.2,
+    )
+    engine = Engine.load(config)
+    store = LocalBlobStore(tmp_path_factory.mktemp("store"), fsync=False)
+    svc = Service.assemble(ServiceConfig(store_audio=False), engine, store)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def url(service: Service) -> Iterator[str]:
+    with running(create_app(ServiceHolder(service), HttpConfig())) as base:
+        yield base
+
+
+def _over_capacity_once_measured(service: Service) -> None:
+    """Wait until the running stream's steps are measured and one more would not fit."""
+    wait_until(lambda: 1 in service.engine.capacity()["step_ms"], 30, "measured steps")
+    assert service.engine.over_capacity() is not None
+
+
+def test_past_capacity_the_speech_route_answers_503_and_the_running_stream_plays_on(
+    service: Service, url: str
+) -> None:
+    rec = Recorder(service)
+    sdk = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert service.engine.over_capacity() is None  # idle: admits
+            with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
+                assert running_one.status_code == 200
+                _over_capacity_once_measured(service)
+                refused = http.post("/v1/audio/speech", json=_body(SHORT))
+                with pytest.raises(openai.InternalServerError) as by_sdk:
+                    sdk.audio.speech.create(model="tts", input=SHORT, voice="low", response_format="pcm")
+                body = running_one.read()
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            error = refused.json()["error"]
+            assert error["code"] == "over_capacity" and "VOXCAST_ADMISSION_LOAD" in error["message"]
+            assert by_sdk.value.status_code == 503 and by_sdk.value.code == "over_capacity"
+            assert body == _pcm(LONG)  # the running stream: all of its audio...
+            timing = ended(rec.stream(0)).timing
+            assert timing.finish_reason == "eos" and timing.stalls == 0  # ...and no stall
+            again = http.post("/v1/audio/speech", json=_body(SHORT))  # idle again: served
+            assert again.status_code == 200 and again.content == _pcm(SHORT)
+            metrics = http.get("/metrics").text
+        assert re.search(r'voxcast_requests_total\{entry="http".*outcome="over_capacity"\} 2\.0', metrics)
+        assert re.search(r"^voxcast_engine_refused_total 2\.0", metrics, re.M)
+    finally:
+        rec.restore()
+
+
+def test_a_websocket_start_past_capacity_gets_an_over_capacity_error(service: Service, url: str) -> None:
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with httpx.Client(base_url=url, timeout=60) as http:
+        with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
+            _over_capacity_once_measured(service)
+            with connect(ws_url, open_timeout=30) as ws:
+                ws.send(json.dumps({"type": "config", "voice": "low", "cache": False}))
+                ws.send(json.dumps({"type": "text", "text": SHORT}))
+                ws.send(json.dumps({"type": "close"}))
+                msgs = []
+                while not msgs or msgs[-1].get("type") != "closed":
+                    raw = ws.recv(timeout=30)
+                    if isinstance(raw, str):
+                        msgs.append(json.loads(raw))
+            assert running_one.read() == _pcm(LONG)
+    errors = [m for m in msgs if m["type"] == "error"]
+    assert errors and errors[0]["error"]["code"] == "over_capacity" and errors[0]["retry_after_s"] == 1
+
+
+def test_queue_entry_points_wait_for_room_and_complete(service: Service, url: str) -> None:
+    """The RunPod queue handler and an RQ job's call are never refused: they queue in the engine."""
+    got: dict[str, Any] = {}
+
+    def runpod_job() -> None:
+        async def collect() -> list[dict[str, Any]]:
+            handler = RunpodHandler(service, RunpodConfig())
+            job = {"text": SHORT, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE}
+            return [m async for m in handler.handle({"id": "job-1", "input": {**job, "cache": False}})]
+
+        got["runpod"] = asyncio.run(collect())
+
+    def rq_call() -> None:  # what voxcast.serving.rq.jobs.synthesize runs
+        fields = {"text": SHORT, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE}
+        got["rq"] = b"".join(c.data for c in service.synthesize({**fields, "cache": False}, entry="rq"))
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
+            _over_capacity_once_measured(service)
+            threads = [threading.Thread(target=f) for f in (runpod_job, rq_call)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert running_one.read() == _pcm(LONG)
+    assert got["rq"] == _pcm(SHORT)
+    messages = got["runpod"]
+    audio = b"".join(base64.b64decode(m["audio"]) for m in messages if "audio" in m and not m.get("done"))
+    assert audio == _pcm(SHORT) and "error" not in messages[-1]
