@@ -11,12 +11,17 @@ are agent turns of 4-40 words drawn from a fixed seed. Requests go
 Per request: first audio (from its scheduled arrival, so a late client counts against the server,
 not for it), and whether playback stalls when the client plays each chunk in real time from its
 arrival (playback starts with the first chunk; a chunk that arrives after the audio before it has
-finished playing is a stall). Per level: p50/p95/p99 first audio, viable % (requests answered with
-no stall; a refused or failed request is not viable), audio seconds per second (= real-time streams
+finished playing is a stall). Per level: p50/p95/p99 first audio (of the requests served), viable %
+(requests answered with no stall, out of all sent: a refused or failed request is not viable),
+refused (503/429: the server's admission control, ``VOXCAST_ADMISSION``; ``--transport inprocess``
+asks the engine the same way) and served requests/s, audio seconds per second (= real-time streams
 carried), frames/s, RTF (p50 of a request's time from first audio to its end over its audio),
 peak memory (GPU where the model runs on CUDA, else the server's resident memory), and
 
-    capacity = the highest rate with p95 first audio <= --ttfa-ms and >= --viable-pct viable.
+    capacity = the highest rate with p95 first audio <= --ttfa-ms and >= --viable-pct viable,
+
+so a level whose requests are refused is not capacity, however fast the served ones started: a
+refused request counts as not served. A refused client does not retry.
 
 Writes ``<out>/load-<label>.json`` and a PNG of p95 first audio against the request rate.
 
@@ -197,11 +202,12 @@ def service_sender(service: Any, voice: str, extra: dict[str, Any], tolerance_s:
         body = _body(text, seed, voice, extra)
         play = Playback()
         res.late_ms = max(0.0, (time.perf_counter() - t_sched) * 1000)
-        try:
-            for chunk in service.synthesize(body, store=False, entry="bench"):
+        try:  # refused past capacity, as the HTTP route is
+            for chunk in service.synthesize(body, store=False, entry="bench", refusable=True):
                 play.chunk(time.perf_counter(), len(chunk.data) / 2 / chunk.sample_rate, tolerance_s)
         except Exception as e:
-            res.status, res.error = "error", repr(e)
+            refused = getattr(e, "code", None) == "over_capacity"
+            res.status, res.error = "refused" if refused else "error", repr(e)
         return _finish(res, play, t_sched, time.perf_counter())
 
     return send
@@ -268,11 +274,14 @@ def summarize(results: list[Result], wall_s: float, frame_rate: float) -> dict[s
     def r2(x: float | None) -> float | None:
         return None if x is None else round(x, 2)
 
+    refused = sum(r.status == "refused" for r in results)
     return {
         "requests": n,
-        "refused": sum(r.status == "refused" for r in results),
+        "refused": refused,
+        "refused_pct": r2(100.0 * refused / n if n else 0.0),
         "errors": sum(r.status == "error" for r in results),
         "achieved_rate": r2(n / wall_s if wall_s else 0.0),
+        "served_rate": r2(len(ok) / wall_s if wall_s else 0.0),
         "ttfa_ms_p50": r2(pct(ttfa, 0.50)),
         "ttfa_ms_p95": r2(pct(ttfa, 0.95)),
         "ttfa_ms_p99": r2(pct(ttfa, 0.99)),
@@ -288,7 +297,8 @@ def summarize(results: list[Result], wall_s: float, frame_rate: float) -> dict[s
 
 
 def capacity(levels: list[dict[str, Any]], ttfa_ms: float, viable_pct: float) -> float | None:
-    """The highest offered rate whose p95 first audio and viability meet the targets."""
+    """The highest offered rate whose p95 first audio (of the served requests) and viability (of all
+    sent: refused and failed ones are not viable) meet the targets."""
     good = [
         lv["rate"]
         for lv in levels
@@ -352,6 +362,7 @@ def _server_env(args: argparse.Namespace) -> dict[str, str]:
         VOXCAST_MAX_ACTIVE=str(args.max_active),
         VOXCAST_STORE_AUDIO="false",
         VOXCAST_LOG_LEVEL="WARNING",
+        VOXCAST_ADMISSION=args.admission,
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p),
     )
     if args.quant != "none":
@@ -427,6 +438,7 @@ def inprocess_target(args: argparse.Namespace, model: Path, workdir: Path) -> Ta
         quant=args.quant,
         max_active=args.max_active,
         warmup=True,
+        admission=args.admission == "on",
     )
     logging.getLogger("voxcast").setLevel(logging.ERROR)  # per-request lines would drown the figures
     engine = Engine.load(config)
@@ -509,6 +521,7 @@ def run_target(target: Target, args: argparse.Namespace, frame_rate: float) -> d
         print(
             f"  {kind} {value:>6g}: {level['requests']:>4} req  first audio p50 {level['ttfa_ms_p50']} "
             f"p95 {level['ttfa_ms_p95']} p99 {level['ttfa_ms_p99']} ms  viable {level['viable_pct']}%  "
+            f"refused {level['refused']}  "
             f"{level['audio_s_per_s']} audio s/s  {level['frames_per_s']} frames/s  RTF {level['rtf_p50']}",
             flush=True,
         )
@@ -533,6 +546,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quant", default="none")
     ap.add_argument("--max-active", type=int, default=16, help="the engine's max_active")
     ap.add_argument("--transport", default="http", choices=["http", "inprocess", "both"])
+    ap.add_argument(
+        "--admission",
+        default="on",
+        choices=["on", "off"],
+        help="the engine's admission control (VOXCAST_ADMISSION): on, requests past capacity are refused",
+    )
     ap.add_argument("--rates", default="1,2,4", help="offered request rates (requests/s), Poisson")
     ap.add_argument("--concurrency", default="", help="fixed-concurrency levels instead of rates")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per level")

@@ -49,7 +49,13 @@ def _pcm(text: str, voice: str = "low") -> bytes:
 
 
 def _body(text: str) -> dict[str, Any]:
-    return {"input": text, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE, "cache": False}
+    return {
+        "input": text,
+        "voice": "low",
+        "response_format": "pcm",
+        "sample_rate": SAMPLE_RATE,
+        "cache": False,
+    }
 
 
 @pytest.fixture(scope="module")

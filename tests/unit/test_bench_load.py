@@ -87,3 +87,15 @@ def test_a_random_checkpoints_requests_get_a_length_from_their_words(bench: Modu
     assert bench.frames_for("one two three four", 5.0, 10) == 10
     assert bench.frames_for("one two", 0.0, 0) is None
     assert bench.frames_for("one two", 0.0, 16) == 16
+
+
+def test_refused_requests_count_as_not_served(bench: ModuleType) -> None:
+    """A server that answers fast by refusing (503 over capacity) has no capacity at that rate."""
+    rows = [bench.Result(i / 10, 5, ttfa_ms=10.0, total_ms=510.0, audio_s=1.0) for i in range(90)]
+    rows += [bench.Result(9 + i / 10, 5, status="refused", error="503 over_capacity") for i in range(10)]
+    s = bench.summarize(rows, wall_s=10.0, frame_rate=12.5)
+    assert s["ttfa_ms_p95"] == 10.0  # the served ones were fast...
+    assert (s["refused"], s["refused_pct"], s["viable_pct"]) == (10, 10.0, 90.0)  # ...but 10% were not served
+    assert (s["achieved_rate"], s["served_rate"]) == (10.0, 9.0)
+    assert bench.capacity([{"rate": 10.0, **s}], 50.0, 99.0) is None
+    assert bench.capacity([{"rate": 10.0, **s}], 50.0, 90.0) == 10.0
