@@ -120,19 +120,21 @@ def test_past_capacity_the_speech_route_answers_503_and_the_running_stream_plays
 
 def test_a_websocket_start_past_capacity_gets_an_over_capacity_error(service: Service, url: str) -> None:
     ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with httpx.Client(base_url=url, timeout=60) as http:
-        with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
-            _over_capacity_once_measured(service)
-            with connect(ws_url, open_timeout=30) as ws:
-                ws.send(json.dumps({"type": "config", "voice": "low", "cache": False}))
-                ws.send(json.dumps({"type": "text", "text": SHORT}))
-                ws.send(json.dumps({"type": "close"}))
-                msgs = []
-                while not msgs or msgs[-1].get("type") != "closed":
-                    raw = ws.recv(timeout=30)
-                    if isinstance(raw, str):
-                        msgs.append(json.loads(raw))
-            assert running_one.read() == _pcm(LONG)
+    with (
+        httpx.Client(base_url=url, timeout=60) as http,
+        http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
+    ):
+        _over_capacity_once_measured(service)
+        with connect(ws_url, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "config", "voice": "low", "cache": False}))
+            ws.send(json.dumps({"type": "text", "text": SHORT}))
+            ws.send(json.dumps({"type": "close"}))
+            msgs = []
+            while not msgs or msgs[-1].get("type") != "closed":
+                raw = ws.recv(timeout=30)
+                if isinstance(raw, str):
+                    msgs.append(json.loads(raw))
+        assert running_one.read() == _pcm(LONG)
     errors = [m for m in msgs if m["type"] == "error"]
     assert errors and errors[0]["error"]["code"] == "over_capacity" and errors[0]["retry_after_s"] == 1
 
@@ -153,15 +155,17 @@ def test_queue_entry_points_wait_for_room_and_complete(service: Service, url: st
         fields = {"text": SHORT, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE}
         got["rq"] = b"".join(c.data for c in service.synthesize({**fields, "cache": False}, entry="rq"))
 
-    with httpx.Client(base_url=url, timeout=60) as http:
-        with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
-            _over_capacity_once_measured(service)
-            threads = [threading.Thread(target=f) for f in (runpod_job, rq_call)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-            assert running_one.read() == _pcm(LONG)
+    with (
+        httpx.Client(base_url=url, timeout=60) as http,
+        http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
+    ):
+        _over_capacity_once_measured(service)
+        threads = [threading.Thread(target=f) for f in (runpod_job, rq_call)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert running_one.read() == _pcm(LONG)
     assert got["rq"] == _pcm(SHORT)
     messages = got["runpod"]
     audio = b"".join(base64.b64decode(m["audio"]) for m in messages if "audio" in m and not m.get("done"))

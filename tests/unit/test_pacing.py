@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from voxcast.config import EngineConfig
-from voxcast.engine.pacing import MIN_SAMPLES, RoundCosts, Room, Row, over_capacity, rows_to_step
+from voxcast.engine.pacing import MIN_SAMPLES, Room, RoundCosts, Row, over_capacity, rows_to_step
 
 NOW = 100.0
 HORIZON = 0.3
