@@ -19,6 +19,7 @@ is pure: times come from the scheduler's (injectable) clock.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,31 +79,36 @@ def rows_to_step(rows: Sequence[Row], now: float, horizon_s: float, urgent: bool
 
 class RoundCosts:
     """Measured time of the batched frame step by batch size (moving averages), and the longest
-    recent rounds (not thread-safe: the scheduler thread writes, readers take a snapshot)."""
+    recent rounds. The scheduler thread records; any thread reads (admission runs on the caller's)."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._mean: dict[int, float] = {}
         self._count: dict[int, int] = {}
         self._recent: deque[float] = deque(maxlen=RECENT_ROUNDS)
 
     def record_step(self, rows: int, seconds: float) -> None:
         """One batched step of ``rows`` rows took ``seconds`` (model step and chunk hand-over)."""
-        n = self._count.get(rows, 0)
-        old = self._mean.get(rows, seconds)
-        self._mean[rows] = seconds if n == 0 else old + EWMA_WEIGHT * (seconds - old)
-        self._count[rows] = n + 1
+        with self._lock:
+            n = self._count.get(rows, 0)
+            old = self._mean.get(rows, seconds)
+            self._mean[rows] = seconds if n == 0 else old + EWMA_WEIGHT * (seconds - old)
+            self._count[rows] = n + 1
 
     def record_round(self, seconds: float) -> None:
         """A whole scheduler round (admission, prefill part, step, first-chunk decodes) took ``seconds``."""
-        self._recent.append(seconds)
+        with self._lock:
+            self._recent.append(seconds)
 
     def recent_max_s(self) -> float:
         """The longest of the last :data:`RECENT_ROUNDS` rounds (0 before any)."""
-        return max(self._recent, default=0.0)
+        with self._lock:
+            return max(self._recent, default=0.0)
 
     def measured(self) -> dict[int, float]:
         """The trusted averages: batch size -> seconds a step."""
-        return {k: v for k, v in self._mean.items() if self._count.get(k, 0) >= MIN_SAMPLES}
+        with self._lock:
+            return {k: v for k, v in self._mean.items() if self._count.get(k, 0) >= MIN_SAMPLES}
 
     def predict_s(self, rows: int) -> float | None:
         """The expected step time with ``rows`` rows: measured, else a line fitted through the
