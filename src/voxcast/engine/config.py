@@ -139,9 +139,9 @@ class EngineConfig:
             :class:`~voxcast.errors.OverCapacity` (HTTP 503 ``over_capacity`` with ``Retry-After``).
             Queue entry points (RQ, the RunPod queue handler, prerender) are never refused: they wait.
             An idle engine always admits.
-        admission_load: the share of a frame's audio duration that the measured batched step may
-            take with one more stream (``VOXCAST_ADMISSION_LOAD``, 0.8; the rest is prefill and
-            decode); before any step is measured nothing is refused for load.
+        admission_load: the share of a frame's audio duration that a measured scheduler round (the
+            batched frame step, a prefill part, first-chunk decodes) may take with one more stream
+            (``VOXCAST_ADMISSION_LOAD``, 0.8); before any round is measured nothing is refused for load.
         admission_queue: real-time requests that may wait for a free slot once ``max_active``
             streams run (``VOXCAST_ADMISSION_QUEUE``, 0: refused at once, since a queued request's
             first audio waits for a running stream to end).

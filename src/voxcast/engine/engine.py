@@ -362,7 +362,7 @@ class Engine:
     def over_capacity(self) -> str | None:
         """Why one more real-time stream would not keep every stream viable now (None: it fits, or
         admission control is off): :func:`voxcast.engine.pacing.over_capacity` on the slots held and
-        waiting and the measured step times."""
+        waiting and the measured round times."""
         c = self.config
         if not c.admission:
             return None
@@ -370,7 +370,7 @@ class Engine:
         return over_capacity(sched.room(), sched.costs, self.frame_s, c.admission_load, c.admission_queue)
 
     def capacity(self) -> dict[str, Any]:
-        """A monitoring snapshot of admission: the measured step ms by batch size, the frame's ms,
+        """A monitoring snapshot of admission: the measured round ms by batch size, the frame's ms,
         the requests refused so far and why the next one would be (None: it would be admitted)."""
         measured = self._scheduler.costs.measured()
         return {

@@ -11,7 +11,8 @@ frames nobody needs yet (VoxServe's slack scheduling, docs in /shared/docs/gpu-s
 without a listener (prerender, batch jobs, responses returned whole) have no deadline and yield to
 every new request. With nobody waiting for a first chunk every stream steps every round.
 
-:class:`RoundCosts` measures the batched step's time per batch size; :func:`over_capacity` tells the
+:class:`RoundCosts` measures a round's time (its batched step, a prefill part, first-chunk decodes)
+per batch size; :func:`over_capacity` tells the
 entry points that refuse work (HTTP, the WebSocket) whether one more real-time stream would still let
 every round finish within a frame of audio, and whether it would wait for a free slot. Everything here
 is pure: times come from the scheduler's (injectable) clock.
@@ -78,7 +79,7 @@ def rows_to_step(rows: Sequence[Row], now: float, horizon_s: float, urgent: bool
 
 
 class RoundCosts:
-    """Measured time of the batched frame step by batch size (moving averages), and the longest
+    """Measured time of a round with a batched frame step, by batch size (moving averages), and the longest
     recent rounds. The scheduler thread records; any thread reads (admission runs on the caller's)."""
 
     def __init__(self) -> None:
@@ -88,7 +89,7 @@ class RoundCosts:
         self._recent: deque[float] = deque(maxlen=RECENT_ROUNDS)
 
     def record_step(self, rows: int, seconds: float) -> None:
-        """One batched step of ``rows`` rows took ``seconds`` (model step and chunk hand-over)."""
+        """A round that stepped ``rows`` rows took ``seconds`` (the cost of a frame at that size)."""
         with self._lock:
             n = self._count.get(rows, 0)
             old = self._mean.get(rows, seconds)
@@ -156,15 +157,15 @@ def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, qu
     Never refuses on an idle engine. Otherwise it refuses when
 
     - the new stream would wait for a slot behind more than ``queue`` others (``max_active`` full), or
-    - the measured step time with every stream it would run together, the new one included, exceeds
+    - the measured round time with every stream it would run together, the new one included, exceeds
       ``load`` x ``frame_s`` (a round must produce a frame of audio for each row faster than that
-      frame plays). Before any step time is measured this never refuses.
+      frame plays). Before any round is measured this never refuses.
 
     Args:
         room: the engine's occupancy.
-        costs: the measured step times.
+        costs: the measured round times.
         frame_s: the audio duration of one frame (0.08 s at 12.5 Hz).
-        load: the share of a frame's duration a step may take.
+        load: the share of a frame's duration a round may take.
         queue: streams that may wait for a slot beyond ``max_active``.
     """
     if room.idle:
@@ -180,7 +181,7 @@ def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, qu
     step_s = costs.predict_s(batch)
     if step_s is not None and step_s > load * frame_s:
         return (
-            f"a step of {batch} streams takes about {step_s * 1000:.0f} ms, over"
+            f"a round of {batch} streams takes about {step_s * 1000:.0f} ms, over"
             f" {load:g} x the {frame_s * 1000:.0f} ms a frame plays (VOXCAST_ADMISSION_LOAD)"
         )
     return None

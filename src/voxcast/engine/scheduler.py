@@ -203,8 +203,8 @@ class Scheduler:
                     self._feed_text()  # after admitting: a new stream's text decides its prefill now
                     self._on_round()
                     self._prefill_part()
-                    self._advance_all()
-                    self.costs.record_round(self.clock() - t0)
+                    rows = self._advance_all()
+                    self._measure(rows, self.clock() - t0)
                     if not self._runnable() and self._pending.empty():
                         self._wake.wait(_IDLE_WAIT_S)
         except BaseException:  # the thread must not die silently
@@ -292,6 +292,15 @@ class Scheduler:
         steps = rows_to_step(rows, self.clock(), self._horizon_s(), self._urgent())
         self.skipped_rows += len(acts) - sum(steps)
         return [act for act, step in zip(acts, steps, strict=True) if step]
+
+    def _measure(self, rows: int, seconds: float) -> None:
+        """Record a round's time: every round for the horizon; a round that stepped ``rows`` rows
+        also as the cost of a frame at that batch size (admission). The whole round, not the model
+        call alone: a GPU step may return before its kernels ran (they finish by the round's end,
+        where the codes are read), and prefill parts and first-chunk decodes are load too."""
+        self.costs.record_round(seconds)
+        if rows:
+            self.costs.record_step(rows, seconds)
 
     def _runnable(self) -> bool:
         """Whether the scheduler has work now: a prefill, or a stream that can take a frame step."""
@@ -667,8 +676,9 @@ class Scheduler:
                 self._prefilling.remove(act)
             act.fail(e)
 
-    def _advance_all(self) -> None:
-        """One frame for every active request, in one batched model step."""
+    def _advance_all(self) -> int:
+        """One frame for every active request that takes one this round (:meth:`_paced`), in one
+        batched model step; returns the rows stepped."""
         acts = []
         for act in list(self._active):
             if act.failed:  # its decode failed on the decode thread: the stream has the error
@@ -683,21 +693,20 @@ class Scheduler:
                 acts.append(act)
         acts = self._paced(acts)
         if not acts:
-            return
+            return 0
         try:
-            t0 = self.clock()
             frames = self._step([act.generator for act in acts])
-            self.costs.record_step(len(acts), self.clock() - t0)
         except Exception as e:
             log.exception("batched step failed (%d requests)", len(acts))
             for act in acts:
                 self._active.remove(act)
                 act.fail(e)
-            return
+            return 0
         for act, codes in zip(acts, frames, strict=True):
             self._advance(act, codes)
         if self._handoffs:
             self._hand_off()
+        return len(acts)
 
     def _hand_off(self) -> None:
         """Let the first chunks of this step reach their clients before the next frames.
