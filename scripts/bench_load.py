@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -431,7 +431,8 @@ def inprocess_target(args: argparse.Namespace, model: Path, workdir: Path) -> Ta
     from voxcast.service import Service, ServiceConfig
     from voxcast.storage.local import LocalBlobStore
 
-    config = EngineConfig(
+    config = replace(  # the environment's other settings too (VOXCAST_FAMILIES and their settings)
+        EngineConfig.from_env(os.environ),
         model=str(model),
         device=args.device,
         dtype=args.dtype,
