@@ -98,10 +98,12 @@ def test_past_capacity_the_speech_route_answers_503_and_the_running_stream_plays
             with http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one:
                 assert running_one.status_code == 200
                 _over_capacity_once_measured(service)
+                health = http.get("/health").json()["capacity"]
                 refused = http.post("/v1/audio/speech", json=_body(SHORT))
                 with pytest.raises(openai.InternalServerError) as by_sdk:
                     sdk.audio.speech.create(model="tts", input=SHORT, voice="low", response_format="pcm")
                 body = running_one.read()
+            assert health["over_capacity"] and "1" in health["step_ms"]  # why the next one is refused
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             error = refused.json()["error"]
             assert error["code"] == "over_capacity" and "VOXCAST_ADMISSION_LOAD" in error["message"]

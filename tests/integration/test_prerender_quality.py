@@ -40,11 +40,19 @@ class ScriptedService:
     watermarker: Any = None
     #: the ``watermark`` argument of every call (prerender asks for unmarked audio: it marks its own)
     watermark_args: list[bool] = field(default_factory=list)
+    #: the ``realtime`` argument of every call (prerender has no listener: False, it yields to streams)
+    realtime_args: list[bool | None] = field(default_factory=list)
 
     def synthesize(
-        self, request: Any, store: bool = True, entry: str = "python", watermark: bool = True
+        self,
+        request: Any,
+        store: bool = True,
+        entry: str = "python",
+        watermark: bool = True,
+        realtime: bool | None = None,
     ) -> Any:
         self.watermark_args.append(watermark)
+        self.realtime_args.append(realtime)
         req = parse_request(request)
         seed = req.sampling.seed
         self.seeds.append(seed)
@@ -111,6 +119,7 @@ def test_with_the_gate_off_every_render_is_stored_as_it_came(local_store: BlobSt
     payload = {"library": "raw", "manifest": MANIFEST, "presets": ["pcm8k"], "gate": False}
     summary = prerender(service, PrerenderJob.from_payload(payload))  # type: ignore[arg-type]
     assert service.seeds == [10, 20, 30] and (summary["rendered"], summary["rerenders"]) == (3, 0)
+    assert service.realtime_args == [False] * 3  # no listener: it yields to streams, never refused
     doc = json.loads(local_store.get_bytes("libraries/raw/manifest.json"))
     assert doc["prompts"]["never"]["quality"] == {
         **doc["prompts"]["never"]["quality"],

@@ -120,7 +120,12 @@ class FakeService:
     watermarker: Any = None
 
     def synthesize(
-        self, request: Any, store: bool = True, entry: str = "python", watermark: bool = True
+        self,
+        request: Any,
+        store: bool = True,
+        entry: str = "python",
+        watermark: bool = True,
+        realtime: bool | None = None,
     ) -> FakeStream:
         self.calls += 1
         return FakeStream(self, parse_request(request), self.delay_s)

@@ -132,7 +132,9 @@ def _unavailable_close(state: str, message: str) -> tuple[int, str]:
 
 def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
     """204 while the service first loads and warms (RunPod's convention), 503 failed or draining,
-    else 200 (also while idle-unloaded or reloading: a request is served, after the reload)."""
+    else 200 (also while idle-unloaded or reloading: a request is served, after the reload), with
+    the engine's admission snapshot (``capacity``: round ms by batch size, refusals, and why the next
+    real-time request would be refused, or null)."""
     if holder.state in ("failed", "draining"):
         return JSONResponse({"status": holder.state, "error": holder.error}, 503)
     if holder.service is None:
@@ -140,6 +142,7 @@ def _health(holder: ServiceHolder, counters: Counters | None) -> Response:
     body: dict[str, Any] = {"status": holder.state, "load_s": holder.load_s}
     if holder.service is not None:
         body["model"] = holder.service.engine.identity
+        body["capacity"] = holder.service.engine.capacity()  # admission: measured rounds, refusals
     if counters is not None:
         body["requests"] = counters.__dict__
     return JSONResponse(body)
