@@ -418,7 +418,8 @@ class TurboDecoder:
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:
         """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
-        return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < SPEECH_VOCAB])
+        ids = codes.reshape(-1).tolist()  # one copy, no scalar read per token
+        return self.stream.push([t for t in ids if t < SPEECH_VOCAB])
 
     def flush(self) -> np.ndarray:
         """The audio held back for look-ahead (the engine calls it while the text pauses)."""
