@@ -157,6 +157,13 @@ def main() -> int:
         choices=[0, 1],
         help="S3Gen's voice prompt computed once per voice (1, the default) or in every window (0: exact)",
     )
+    ap.add_argument(
+        "--static-decode",
+        type=int,
+        default=0,
+        choices=[0, 1],
+        help="T3 with a static key/value cache, batched (a CUDA graph per batch bucket on CUDA)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-turbo.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
@@ -169,7 +176,10 @@ def main() -> int:
             dtype=args.dtype,
             decode_thread=args.decode_thread,
             max_active=max(map(int, args.streams.split(","))),
-            settings={"turbo_prompt_cache": args.prompt_cache},
+            settings={
+                "turbo_prompt_cache": args.prompt_cache,
+                "turbo_static_decode": bool(args.static_decode),
+            },
         )
     )
     ready_s = time.perf_counter() - t0
@@ -184,6 +194,7 @@ def main() -> int:
         "machine": machine_info(), "config": {k: str(v) for k, v in vars(args).items()},
         "ready_s": ready_s, "voice_build_s": voice_s, "prompt_tokens": int(voice.prompt_tokens.shape[1]),
         "stream_settings": engine.model.stream_settings.as_dict(), "decode_only": decode_only, "streams": {},
+        "runtime": engine.model.runtime_report(),
     }  # fmt: skip
     for n in map(int, args.streams.split(",")):
         results: list[dict[str, Any]] = [{} for _ in range(n)]

@@ -18,13 +18,13 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 [ -d .gpu/qwen3-tts-reference ] && export VOXCAST_QWEN3_REFERENCE=${VOXCAST_QWEN3_REFERENCE:-$PWD/.gpu/qwen3-tts-reference}
-STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which of the seven to run
+STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which to run (turboprof: on request)
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 has tests && timeout "${TESTS_S:-100}" $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_engine_cuda.py tests/engine/test_engine_idle_unload.py tests/model/qwen3_tts/accel/test_model_static_decode.py \
-    tests/engine/test_engine_turbo_cuda.py \
+    tests/engine/test_engine_turbo_cuda.py tests/model/chatterbox_turbo/test_chatterbox_t3_static.py \
     2>&1 | tee "$OUT/gpu-tests.log"
 has eager && timeout "${EAGER_S:-80}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread both --out "$OUT" 2>&1 | tee "$OUT/serving-eager.log"
@@ -33,7 +33,11 @@ has unload && timeout "${UNLOAD_S:-40}" $PY scripts/bench_unload.py --size 0.6b 
 has compiled && timeout "${COMPILED_S:-120}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 --compile on \
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread off --out "$OUT" 2>&1 | tee "$OUT/serving-compiled.log"
 has turbo && timeout "${TURBO_S:-100}" $PY scripts/bench_chatterbox_turbo.py --size full --device cuda --dtype bfloat16 \
-    --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --out "$OUT/chatterbox-turbo-cuda.json" 2>&1 | tee "$OUT/turbo.log"
+    --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --static-decode "${TURBO_STATIC:-1}" \
+    --out "$OUT/chatterbox-turbo-cuda-static${TURBO_STATIC:-1}.json" 2>&1 | tee "$OUT/turbo.log"
+# Not in the default STEPS (their limits already add up to 600 s): Turbo's streamed S3Gen + HiFT under torch.profiler.
+has turboprof && timeout "${TURBOPROF_S:-90}" $PY scripts/profile_turbo_stream.py --device cuda --dtype bfloat16 \
+    --out "$OUT" 2>&1 | tail -25 | tee "$OUT/turbo-profile.log"
 # Capacity (issue 45): open-loop Poisson load through the real HTTP server, 0.6B bfloat16 (LOAD_COMPILE=on: compiled).
 has load && VOXCAST_COMPILE=${LOAD_COMPILE:-off} timeout "${LOAD_S:-100}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
     --rates "${LOAD_RATES:-5,10,20}" --duration "${LOAD_DURATION_S:-8}" --max-active "${LOAD_MAX_ACTIVE:-32}" --out "$OUT" 2>&1 | tee "$OUT/load.log"

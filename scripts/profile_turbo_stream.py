@@ -2,7 +2,9 @@
 tokens pushed 4 at a time through the engine's decoder (:class:`TurboDecoder`), as the engine does,
 on a random full-size checkpoint; each push timed (device synchronised), then the same run under
 ``torch.profiler``: the operators by self host time and by device time, the host-device syncs
-(``aten::item``, ``_local_scalar_dense``, copies to the host) and the allocations, per push.
+(``aten::item``, ``_local_scalar_dense``, copies to the host), kernel launches and allocations, per
+chunk (a push that returned audio) and per push. The script's own ``torch.cuda.synchronize`` after
+every push shows as one ``cudaDeviceSynchronize`` per push.
 
     python scripts/profile_turbo_stream.py --device cuda --dtype bfloat16 [--seconds 10] [--out DIR]
 """
@@ -28,7 +30,12 @@ from voxcast.models.chatterbox_turbo.model import ChatterboxTurbo  # noqa: E402
 from voxcast.testing.signals import speech_like  # noqa: E402
 
 #: Operators that make the host wait for the device (or copy to the host).
-SYNCS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::nonzero")
+SYNCS = (
+    "aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal",
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::nonzero",
+)  # fmt: skip
+#: The CUDA runtime's kernel launch calls.
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cuLaunchKernel")
 
 
 def sync(device: torch.device) -> None:
@@ -84,7 +91,9 @@ def main() -> int:
     run(model, voice, tokens, device)  # warm: kernels chosen, allocator filled
     costs = run(model, voice, tokens, device)
     print("push ms (returned audio):", " ".join(f"{c:.0f}" for c in costs), flush=True)
-    print(f"total {sum(costs):.0f} ms for {args.seconds:.1f} s of audio: RTF {sum(costs) / 1000 / args.seconds:.3f}")
+    print(
+        f"total {sum(costs):.0f} ms for {args.seconds:.1f} s of audio: RTF {sum(costs) / 1000 / args.seconds:.3f}"
+    )
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -101,11 +110,19 @@ def main() -> int:
         except (AttributeError, KeyError, ValueError):
             dev_table = events.table(sort_by="self_cuda_time_total", row_limit=args.rows)
         print("\n== by device time ==\n" + dev_table)
-    counts = {e.key: e.count for e in events if e.key in SYNCS or "Memcpy" in e.key or "malloc" in e.key.lower()}
+    counts = {
+        e.key: e.count for e in events if e.key in SYNCS or "Memcpy" in e.key or "malloc" in e.key.lower()
+    }
     pushes = len(prof_costs)
-    print("\n== syncs, copies and allocations (count, per push) ==")
+    all_pushes = -(-len(tokens) // 4) + 1  # every decode() call and finish()
+    launches = sum(e.count for e in events if e.key in LAUNCHES)
+    ops = sum(e.count for e in events if e.key.startswith("aten::"))
+    print("\n== syncs, copies and allocations (count, per chunk = push that returned audio, per push) ==")
     for key, n in sorted(counts.items()):
-        print(f"{key:40s} {n:7d} {n / pushes:8.1f}")
+        print(f"{key:40s} {n:7d} {n / pushes:8.1f} {n / all_pushes:8.2f}")
+    print(f"{'aten:: operators (nested included)':40s} {ops:7d} {ops / pushes:8.1f} {ops / all_pushes:8.2f}")
+    if device.type == "cuda":
+        print(f"{'kernel launches':40s} {launches:7d} {launches / pushes:8.1f} {launches / all_pushes:8.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"profile-turbo-stream-{device.type}"
     (args.out / f"{name}.txt").write_text(host + "\n\n" + dev_table)
@@ -117,6 +134,10 @@ def main() -> int:
         "rtf": sum(costs) / 1000 / args.seconds,
         "profiled_push_ms": [round(c, 1) for c in prof_costs],
         "sync_counts": counts,
+        "chunks": pushes,
+        "pushes": all_pushes,
+        "aten_ops": ops,
+        "kernel_launches": launches,
     }
     (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out / name}.json")

@@ -17,6 +17,7 @@ from torch import Tensor
 from voxcast.models.chatterbox_turbo.gpt2 import KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.t3 import T3, TokenStream, next_many
+from voxcast.models.chatterbox_turbo.t3_static import StaticT3
 from voxcast.models.chatterbox_turbo.voice import TurboVoice
 
 __all__ = ["MAX_TOKENS", "TurboFrames", "TurboPrompt", "step_many"]
@@ -112,6 +113,7 @@ class TurboFrames:
         assert self._stream is not None
         if self._frames >= self.max_frames:
             self._finish = "max_frames"
+            self._release()
             return None
         t0 = time.perf_counter()
         token: int | None
@@ -126,9 +128,16 @@ class TurboFrames:
         assert self._stream is not None
         if token is None:
             self._finish = "eos" if self._stream.tokens and self._stream_stopped() else "max_frames"
+            self._release()
             return None
         self._frames += 1
         return torch.tensor([token], dtype=torch.long)
+
+    def _release(self) -> None:
+        """Give back the stream's static decode slot, if it holds one."""
+        s = self._stream
+        if s is not None and s.static is not None:
+            s.static.release(s)
 
     def _stream_stopped(self) -> bool:
         assert self._stream is not None
@@ -145,11 +154,29 @@ class TurboFrames:
         return (p.prefix_hit, p.prefix.length)
 
 
-def step_many(t3: T3, generators: list[TurboFrames], batch: bool = True) -> list[Tensor | None]:
+def step_many(
+    t3: T3, generators: list[TurboFrames], batch: bool = True, static: StaticT3 | None = None
+) -> list[Tensor | None]:
     """One token for each generator: those in the middle of their speech share one batched T3 step
-    (``batch``), the others (a first token waiting, a limit reached) step alone."""
+    (``batch``), the others (a first token waiting, a limit reached) step alone. With ``static``, the
+    steady ones that have or get a slot there share its fixed-shape step (:mod:`.t3_static`)."""
     out: list[Tensor | None] = [None] * len(generators)
     rows = [i for i, g in enumerate(generators) if g.batchable] if batch else []
+    if static is not None and rows:
+        slotted = [i for i in rows if _admit(static, generators[i])]
+        if slotted:
+            t0 = time.perf_counter()
+            tokens = static.step([_stream_of(generators[i]) for i in slotted])
+            share = (time.perf_counter() - t0) / len(slotted)
+            for i, token in zip(slotted, tokens, strict=True):
+                generators[i]._t3_s += share
+                out[i] = generators[i]._emit(token)
+        rows = [i for i in rows if i not in set(slotted)]
+        if len(rows) <= 1:  # a lone stream left over steps alone below
+            rows = []
+        done = set(slotted)
+    else:
+        done = set()
     if len(rows) > 1:
         t0 = time.perf_counter()
         tokens = next_many(t3, [s for s in (generators[i]._stream for i in rows) if s is not None])
@@ -157,8 +184,18 @@ def step_many(t3: T3, generators: list[TurboFrames], batch: bool = True) -> list
         for i, token in zip(rows, tokens, strict=True):
             generators[i]._t3_s += share
             out[i] = generators[i]._emit(token)
-    batched = set(rows) if len(rows) > 1 else set()
+    batched = (set(rows) if len(rows) > 1 else set()) | done
     for i, g in enumerate(generators):
         if i not in batched:
             out[i] = g.step()
     return out
+
+
+def _stream_of(g: TurboFrames) -> TokenStream:
+    assert g._stream is not None
+    return g._stream
+
+
+def _admit(static: StaticT3, g: TurboFrames) -> bool:
+    """Whether ``g``'s stream decodes in ``static`` (a slot it holds or takes now)."""
+    return static.admit(_stream_of(g)) is not None

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from voxcast.errors import CheckpointError
 from voxcast.models.chatterbox_turbo.state import check_state
 
-__all__ = ["HiFT", "HiFTConfig", "SourceNoise", "fold_weight_norm"]
+__all__ = ["HiFT", "HiFTConfig", "SourceNoise", "fold_weight_norm", "istft"]
 
 SAMPLE_RATE = 24000
 UPSAMPLE_RATES = (8, 5, 3)
@@ -74,6 +74,39 @@ def fold_weight_norm(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
             g = tensors[base + suffix + "0"]
             out[base + ".weight"] = torch._weight_norm(value, g, 0)
     return out
+
+
+def window_envelope(window: Tensor, frames: int) -> Tensor:
+    """``[1, (frames - 1) * HOP]``: the overlap-added squared window an inverse STFT of ``frames`` frames
+    divides by (``torch.istft``'s, centred), computed by the same operations."""
+    n = N_FFT + HOP * (frames - 1)
+    squared = window.pow(2).expand(1, frames, N_FFT)
+    envelope = torch.ops.aten.unfold_backward(squared, [1, n], 1, N_FFT, HOP)
+    return envelope[:, N_FFT // 2 : n - N_FFT // 2]
+
+
+def istft(spectrum: Tensor, window: Tensor, envelope: Tensor | None = None) -> Tensor:
+    """``torch.istft(spectrum, N_FFT, HOP, N_FFT, window=window)`` (centred, one-sided) by the same
+    operations, bitwise, without its check that the window envelope is nowhere zero: that check reads
+    a device value on the host (a sync per call on a GPU). A Hann window of N_FFT with hop N_FFT / 4
+    never vanishes inside the centred span, so the check cannot fail here.
+
+    Args:
+        spectrum: ``[B, N_FFT // 2 + 1, frames]`` complex.
+        window: ``[N_FFT]``.
+        envelope: :func:`window_envelope` of ``window`` for ``frames`` (computed when None).
+
+    Returns:
+        ``[B, (frames - 1) * HOP]``.
+    """
+    frames = spectrum.shape[-1]
+    n = N_FFT + HOP * (frames - 1)
+    frames_t = torch.fft.irfft(spectrum.transpose(1, 2), N_FFT, dim=-1)  # [B, frames, N_FFT]
+    y = torch.ops.aten.unfold_backward(
+        frames_t * window.view(1, 1, N_FFT), [spectrum.shape[0], n], 1, N_FFT, HOP
+    )
+    env = window_envelope(window, frames) if envelope is None else envelope
+    return y[:, N_FFT // 2 : n - N_FFT // 2] / env
 
 
 class Snake(nn.Module):
@@ -201,6 +234,19 @@ class HiFT(nn.Module):
         self.conv_post = nn.Conv1d(c // 2 ** len(UPSAMPLE_RATES), N_FFT + 2, 7, padding=3)
         window = get_window("hann", N_FFT, fftbins=True).astype(np.float32)
         self.register_buffer("window", torch.from_numpy(window), persistent=False)
+        self._envelopes: dict[tuple[int, torch.device, torch.dtype], Tensor] = {}
+
+    def _envelope(self, frames: int) -> Tensor:
+        """The inverse STFT's window envelope for ``frames`` STFT frames, computed once per length (a
+        stream's windows repeat a few lengths)."""
+        key = (frames, self.window.device, self.window.dtype)
+        env = self._envelopes.get(key)
+        if env is None:
+            if len(self._envelopes) >= 64:
+                self._envelopes.clear()
+            with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
+                env = self._envelopes[key] = window_envelope(self.window, frames)
+        return env
 
     # ------------------------------------------------------------------ source
 
@@ -242,7 +288,7 @@ class HiFT(nn.Module):
         magnitude = torch.clip(torch.exp(x[:, : N_FFT // 2 + 1, :]), max=1e2)
         phase = torch.sin(x[:, N_FFT // 2 + 1 :, :])
         spectrum = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        audio = torch.istft(spectrum, N_FFT, HOP, N_FFT, window=self.window)
+        audio = istft(spectrum, self.window, self._envelope(spectrum.shape[-1]))
         return torch.clamp(audio, -AUDIO_LIMIT, AUDIO_LIMIT)
 
     @torch.inference_mode()

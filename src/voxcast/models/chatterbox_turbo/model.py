@@ -46,6 +46,7 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.state import read_state
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
+from voxcast.models.chatterbox_turbo.t3_static import StaticT3
 from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
 from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
 from voxcast.models.chatterbox_turbo.voice_encoder import VE_FILE, VoiceEncoder
@@ -119,6 +120,7 @@ class ChatterboxTurbo:
         builtin: TurboVoice | None = None,
         stream_settings: StreamSettings | None = None,
         prefix_cache: bool = True,
+        static_decode: bool = False,
     ) -> None:
         self.t3, self.flow, self.hift, self.ve = t3, flow, hift, ve
         self.campplus, self.s3_tokenizer, self.tokenizer = campplus, s3_tokenizer, tokenizer
@@ -129,6 +131,9 @@ class ChatterboxTurbo:
         )
         self.stream_settings = stream_settings or StreamSettings()
         self.prefix_cache_enabled = prefix_cache
+        self.static_decode = static_decode
+        #: T3's fixed-shape decode step (:mod:`.t3_static`), made by :meth:`prepare_batches`
+        self.static: StaticT3 | None = None
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
         self.load_s = 0.0
         self._states: OrderedDict[int, tuple[TurboVoice, KVCache]] = OrderedDict()
@@ -170,6 +175,7 @@ class ChatterboxTurbo:
             t3=t3, flow=flow, hift=hift, ve=ve, campplus=campplus, s3_tokenizer=s3_tokenizer,
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
             prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_options(opts),
+            static_decode=bool(opts.setting("turbo_static_decode") or False),
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
@@ -274,7 +280,18 @@ class ChatterboxTurbo:
         return int(not self._prefix(self.builtin)[1])
 
     def prepare_batches(self, max_batch: int) -> None:
-        """Nothing to record (no traced or compiled steps yet)."""
+        """With ``turbo_static_decode`` on: T3's static decode step for ``max_batch`` streams (its
+        key/value slots allocated; on CUDA each batch bucket's step captured as a CUDA graph)."""
+        if not self.static_decode or (self.static is not None and self.static.slots >= max_batch):
+            return
+        t0 = time.perf_counter()
+        static = StaticT3(self.t3, max(1, max_batch), graphs=self.device.type == "cuda")
+        static.capture()
+        self.static = static
+        log.info(
+            "T3 static decode: %d slots of %d positions, graphs %s, ready in %.2f s",
+            static.slots, static.length, static.graphs, time.perf_counter() - t0,
+        )  # fmt: skip
 
     def render_settings(self) -> dict[str, object]:
         """What changes the audio besides the checkpoint's weights (the engine adds it to the audio
@@ -286,7 +303,11 @@ class ChatterboxTurbo:
             "device": str(self.device),
             "family": "chatterbox_turbo",
             "stream": self.stream_settings.as_dict(),
-        }
+            "t3_static_decode": None if self.static is None else {
+                "slots": self.static.slots, "length": self.static.length, "graphs": self.static.graphs,
+                "buckets": list(self.static.buckets),
+            },
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ prompts and generation
 
@@ -355,7 +376,7 @@ class ChatterboxTurbo:
     def step_many(self, generators: Sequence[TurboFrames]) -> list[torch.Tensor | None]:
         """One token for each generator; streams in the middle of their speech share one batched T3
         step."""
-        return step_many(self.t3, list(generators))
+        return step_many(self.t3, list(generators), static=self.static)
 
     @torch.inference_mode()
     def render(
@@ -418,7 +439,8 @@ class TurboDecoder:
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:
         """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
-        return self.stream.push([int(t) for t in codes.reshape(-1) if int(t) < SPEECH_VOCAB])
+        ids = codes.reshape(-1).tolist()  # one copy, no scalar read per token
+        return self.stream.push([t for t in ids if t < SPEECH_VOCAB])
 
     def flush(self) -> np.ndarray:
         """The audio held back for look-ahead (the engine calls it while the text pauses)."""

@@ -28,19 +28,24 @@ BLOCKS, UP_BLOCKS = 6, 4
 LOOKAHEAD = 3
 
 
-def rel_positions(length: int, width: int = WIDTH) -> Tensor:
+def rel_positions(
+    length: int, width: int = WIDTH, device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> Tensor:
     """ESPnet's relative positional encoding for ``length`` positions: ``[1, 2 * length - 1, width]``,
     positions length - 1 ... -(length - 1), computed as the official table (5000 positions, grown on
-    demand) and sliced the same way. The table is built once per size (about 30 ms on a CPU core)."""
-    table = _table(max(5000, length), width)
+    demand) and sliced the same way. The table is built once per size (about 30 ms on a CPU core) and
+    kept on each ``device`` in each ``dtype`` it is asked for (a slice then copies nothing to the device)."""
+    table = _table(max(5000, length), width, device, dtype)
     center = table.shape[1] // 2
     return table[:, center - length + 1 : center + length]
 
 
-@functools.lru_cache(maxsize=2)
-def _table(n: int, width: int) -> Tensor:
+@functools.lru_cache(maxsize=4)
+def _table(n: int, width: int, device: torch.device | None, dtype: torch.dtype | None) -> Tensor:
     with torch.inference_mode(False):  # a normal tensor, usable in and out of inference mode
-        return _build_table(n, width)
+        if device is None and dtype is None:
+            return _build_table(n, width)
+        return _table(n, width, None, None).to(device, dtype)
 
 
 def _build_table(n: int, width: int) -> Tensor:
@@ -54,6 +59,14 @@ def _build_table(n: int, width: int) -> Tensor:
     return torch.cat([torch.flip(positive, [0]).unsqueeze(0), negative[1:].unsqueeze(0)], dim=1)
 
 
+@functools.lru_cache(maxsize=16)
+def _gather_index(queries: int, keys: int, device: torch.device) -> Tensor:
+    """:meth:`RelAttention.rel_gather`'s index ``[Tq, L]``, built once per window shape and device."""
+    with torch.inference_mode(False):
+        n = torch.arange(queries, device=device)[:, None]
+        return (queries - 1 - n) + torch.arange(keys, device=device)[None, :]
+
+
 class InputLayer(nn.Module):
     """``Linear -> LayerNorm``, then the scale of the relative positional encoding."""
 
@@ -65,7 +78,7 @@ class InputLayer(nn.Module):
         """``x [B, T, 512]`` -> (scaled ``x``, the relative positions of ``offset + T`` positions: rows
         ``offset...`` continue a cached prompt of ``offset`` rows)."""
         x = self.out(x) * math.sqrt(WIDTH)
-        return x, rel_positions(offset + x.shape[1]).to(x.device, x.dtype)
+        return x, rel_positions(offset + x.shape[1], device=x.device, dtype=x.dtype)
 
 
 class RelAttention(nn.Module):
@@ -93,9 +106,7 @@ class RelAttention(nn.Module):
         positions -> ``[B, h, Tq, L]`` by key position (:meth:`rel_shift` for queries that continue a
         cached prompt: query n sits at position L - Tq + n; its key j at relative index Tq - 1 - n + j)."""
         b, h, tq, _ = x.shape
-        n = torch.arange(tq, device=x.device)[:, None]
-        idx = (tq - 1 - n) + torch.arange(keys, device=x.device)[None, :]
-        return x.gather(-1, idx.expand(b, h, tq, keys))
+        return x.gather(-1, _gather_index(tq, keys, x.device).expand(b, h, tq, keys))
 
     def forward(self, x: Tensor, pos: Tensor, cache: PromptCache | None = None) -> Tensor:
         b = x.shape[0]

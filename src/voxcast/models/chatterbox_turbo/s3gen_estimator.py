@@ -254,6 +254,8 @@ class Estimator(nn.Module):
         spks: Tensor,
         cond: Tensor,
         cache: PromptCache | None = None,
+        *,
+        time: Tensor | None = None,
     ) -> Tensor:
         """The mean velocity over [t, r].
 
@@ -265,11 +267,14 @@ class Estimator(nn.Module):
             cond: ``[B, 80, T]`` the prompt mel over its frames, zeros after.
             cache: a voice prompt's (:mod:`.s3gen_prefix`): recording (``x`` covers the prompt alone)
                 or recorded (``x`` covers the frames after the prompt), at its current step.
+            time: :meth:`time` of (t, r) when the caller computed it already (it depends on t and r
+                only).
 
         Returns:
             ``[B, 80, T]``.
         """
-        time = self.time(t, r)
+        if time is None:
+            time = self.time(t, r)
         x = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
         down, up = cast(nn.ModuleList, self.down_blocks[0]), cast(nn.ModuleList, self.up_blocks[0])
         skip = self._stage(down, x, time, cache)

@@ -28,7 +28,7 @@ from voxcast.models.chatterbox_turbo.s3gen_estimator import Estimator, Estimator
 from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 from voxcast.models.chatterbox_turbo.state import check_state
 
-__all__ = ["MELS", "MELS_PER_TOKEN", "STEPS", "S3GenFlow"]
+__all__ = ["MELS", "MELS_PER_TOKEN", "STEPS", "VOCAB", "S3GenFlow"]
 
 VOCAB = 6561  # FSQ 3^8; T3's start/stop tokens (6561, 6562) must be dropped before the flow
 SPEAKER_DIM = 192  # CAMPPlus x-vector
@@ -51,6 +51,7 @@ class CFM(nn.Module):
     def __init__(self, cfg: EstimatorConfig) -> None:
         super().__init__()
         self.estimator = Estimator(cfg)
+        self._schedules: dict[tuple[int, torch.device, torch.dtype], list[tuple[Tensor, ...]]] = {}
 
     def forward(
         self,
@@ -61,12 +62,26 @@ class CFM(nn.Module):
         steps: int = STEPS,
         cache: PromptCache | None = None,
     ) -> Tensor:
-        span = torch.linspace(0, 1, steps + 1, device=mu.device, dtype=mu.dtype)
         x = z
-        for i, (t, r) in enumerate(itertools.pairwise(span)):
-            t, r = t[None], r[None]
-            x = x + (r - t) * self.estimator(x, mu, t, r, spks, cond, None if cache is None else cache.at(i))
+        for i, (t, r, dt, time) in enumerate(self._schedule(steps, mu.device, mu.dtype)):
+            view = None if cache is None else cache.at(i)
+            x = x + dt * self.estimator(x, mu, t, r, spks, cond, view, time=time)
         return x
+
+    def _schedule(self, steps: int, device: torch.device, dtype: torch.dtype) -> list[tuple[Tensor, ...]]:
+        """Per Euler step: t, r, r - t (``[1]`` each) and the estimator's time embedding of (t, r),
+        which depend on nothing but the step: computed once per steps, device and dtype."""
+        key = (steps, device, dtype)
+        hit = self._schedules.get(key)
+        if hit is None:
+            with torch.inference_mode(False), torch.no_grad():  # normal tensors: usable in any mode
+                span = torch.linspace(0, 1, steps + 1, device=device, dtype=dtype)
+                hit = []
+                for t, r in itertools.pairwise(span):
+                    t, r = t[None], r[None]
+                    hit.append((t, r, r - t, self.estimator.time(t, r)))
+            self._schedules[key] = hit
+        return hit
 
 
 class S3GenFlow(nn.Module):
@@ -119,20 +134,35 @@ class S3GenFlow(nn.Module):
         return cache.freeze()
 
     def continue_prompt(
-        self, cache: PromptCache, x_vector: Tensor, new_tokens: Tensor, noise: Tensor
+        self,
+        cache: PromptCache,
+        x_vector: Tensor,
+        new_tokens: Tensor,
+        noise: Tensor,
+        *,
+        check_ids: bool = True,
     ) -> Tensor:
         """The mel ``[B, 80, 2N]`` of ``new_tokens [B, N]`` after a cached prompt, from their noise
-        ``[B, 80, 2N]``: only the new rows are computed (:mod:`.s3gen_prefix`)."""
+        ``[B, 80, 2N]``: only the new rows are computed (:mod:`.s3gen_prefix`). ``check_ids=False``:
+        the caller checked the ids' range on the host (the device check is a sync)."""
         b, frames = new_tokens.shape[0], MELS_PER_TOKEN * new_tokens.shape[1]
         if tuple(noise.shape) != (b, MELS, frames):
             raise ValueError(f"noise {tuple(noise.shape)} should be {(b, MELS, frames)}")
-        _check_ids(new_tokens)
+        if check_ids:
+            _check_ids(new_tokens)
         mu = self.mu(new_tokens, cache)
         spks = self.speaker(x_vector).expand(b, -1)
         return self.decoder(noise.to(mu), mu, spks, torch.zeros_like(mu), cache=cache)
 
     def forward(
-        self, prompt_tokens: Tensor, prompt_mel: Tensor, x_vector: Tensor, new_tokens: Tensor, noise: Tensor
+        self,
+        prompt_tokens: Tensor,
+        prompt_mel: Tensor,
+        x_vector: Tensor,
+        new_tokens: Tensor,
+        noise: Tensor,
+        *,
+        check_ids: bool = True,
     ) -> Tensor:
         """The mel of ``new_tokens`` spoken in the prompt's voice (upstream's ``finalize=True``).
 
@@ -144,6 +174,8 @@ class S3GenFlow(nn.Module):
             new_tokens: ``[B, N]`` integer ids, all < 6561.
             noise: ``[B, 80, 2 * (P + N)]`` z, the CFM's start over prompt and new frames (the model's
                 dtype; see the module docstring for how upstream draws it).
+            check_ids: check the ids' range here (one host sync); False where the caller checked
+                them on the host.
 
         Returns:
             ``[B, 80, 2 * (P + N) - Pm]`` (2N frames for a prompt mel of 2P frames).
@@ -163,7 +195,8 @@ class S3GenFlow(nn.Module):
                 f"{tokens.shape[1]} tokens make {frames} frames: noise {tuple(noise.shape)} should be "
                 f"{(b, MELS, frames)}, the prompt mel ({prompt_frames} frames) at most that long"
             )
-        _check_ids(tokens)
+        if check_ids:
+            _check_ids(tokens)
         spks = self.speaker(x_vector)
         mu = self.mu(tokens)  # [B, 80, frames]
         cond = torch.zeros_like(mu)

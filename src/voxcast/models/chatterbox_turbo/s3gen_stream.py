@@ -32,7 +32,7 @@ from torch import Tensor
 from voxcast.models.base import LoadOptions
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
-from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, S3GenFlow
+from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, VOCAB, S3GenFlow
 from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 
 __all__ = [
@@ -138,11 +138,17 @@ def prompt_cache(flow: S3GenFlow, prompt_tokens: Tensor, prompt_mel: Tensor, xve
         return flow.prompt_cache(prompt_tokens, prompt_mel, xvector, noise)
 
 
-def token_noise(generator: torch.Generator, tokens: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """``[1, 80, 2 * tokens]``: each token's two frames drawn in order (one draw per token)."""
-    draws = [torch.randn(1, MELS, MELS_PER_TOKEN, generator=generator) for _ in range(tokens)]
-    out = torch.cat(draws, dim=-1) if draws else torch.zeros(1, MELS, 0)
-    return out.to(device=device, dtype=dtype)
+def token_noise(generator: torch.Generator, tokens: int) -> list[Tensor]:
+    """Each token's two frames ``[1, 80, 2]`` drawn in order (one draw per token), on the host."""
+    return [torch.randn(1, MELS, MELS_PER_TOKEN, generator=generator) for _ in range(tokens)]
+
+
+def to_device(t: Tensor, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+    """A host tensor copied to ``device`` without waiting for it: a blocking copy to a GPU
+    synchronises the stream (PyTorch waits for the copy), which stalls the host behind all queued
+    work. Copies from pageable host memory are staged before the call returns, so the source may be
+    freed at once."""
+    return t.to(device=device, dtype=dtype, non_blocking=True)
 
 
 def one_pass(
@@ -210,18 +216,23 @@ class TurboAudioStream:
         hift_gen = torch.Generator(device=hift.conv_pre.weight.device).manual_seed(seed + 1)
         self.hift_stream = HiFTStream(hift, generator=hift_gen, left=s.hift_left, right=s.hift_right)
         self.tokens: list[int] = []
-        self._noise = torch.zeros(1, MELS, 0, device=self.device, dtype=self.dtype)
+        self._noise: list[Tensor] = []  # each token's flow noise [1, 80, 2], float32 on the host
         self._done = 0  # tokens whose mel went to HiFT
         self._chunk = s.first
         self._samples = 0
-        self._fade = trim_fade()
+        self._fade = to_device(trim_fade(), hift.conv_pre.weight.device)
         self._finished = False
         self.flow_calls: list[tuple[int, int, float]] = []  # (chunk tokens, window tokens, seconds)
 
     @property
     def noise(self) -> Tensor:
         """The flow noise ``[1, 80, 2 (P + N)]`` of every token so far (for :func:`one_pass`)."""
-        return torch.cat((self.prompt_z, self._noise), dim=-1)
+        return torch.cat((self.prompt_z, self._noise_of(0, len(self.tokens))), dim=-1)
+
+    def _noise_of(self, lo: int, hi: int) -> Tensor:
+        """The flow noise ``[1, 80, 2 (hi - lo)]`` of tokens ``[lo, hi)`` on the model's device."""
+        noise = torch.cat(self._noise[lo:hi], dim=-1) if hi > lo else torch.zeros(1, MELS, 0)
+        return to_device(noise, self.device, self.dtype)
 
     def push(self, tokens: list[int]) -> np.ndarray:
         """Add speech tokens (ids < 6561); returns the audio now final (possibly empty)."""
@@ -259,24 +270,28 @@ class TurboAudioStream:
         return self._join(out)
 
     def _add(self, tokens: list[int]) -> None:
-        self.tokens.extend(int(t) for t in tokens)
-        fresh = token_noise(self._flow_gen, len(tokens), self.device, self.dtype)
-        self._noise = torch.cat((self._noise, fresh), dim=-1)
+        ids = [int(t) for t in tokens]
+        if any(not 0 <= t < VOCAB for t in ids):  # checked here, on the host, not by the flow (a sync)
+            raise ValueError(f"speech token ids must be in [0, {VOCAB}): drop T3's start/stop tokens")
+        self.tokens.extend(ids)
+        self._noise.extend(token_noise(self._flow_gen, len(ids)))
 
     def _flow_chunk(self, b: int, final: bool) -> np.ndarray:
         s = self.settings
         a = self._done
         lo = max(0, a - s.left)
         hi = len(self.tokens) if final else min(len(self.tokens), b + s.right)
-        window = torch.tensor([self.tokens[lo:hi]], device=self.device)
-        noise = self._noise[..., MELS_PER_TOKEN * lo : MELS_PER_TOKEN * hi]
+        window = to_device(torch.tensor([self.tokens[lo:hi]]), self.device)
+        noise = self._noise_of(lo, hi)
         t0 = time.perf_counter()
         with torch.inference_mode():
             if self.cache is not None:
-                mel = self.flow.continue_prompt(self.cache, self.xvector, window, noise)
+                mel = self.flow.continue_prompt(self.cache, self.xvector, window, noise, check_ids=False)
             else:
                 noise = torch.cat((self.prompt_z, noise), dim=-1)
-                mel = self.flow(self.prompt_tokens, self.prompt_mel, self.xvector, window, noise)
+                mel = self.flow(
+                    self.prompt_tokens, self.prompt_mel, self.xvector, window, noise, check_ids=False
+                )
             keep = mel[..., MELS_PER_TOKEN * (a - lo) : MELS_PER_TOKEN * (b - lo)]
             audio = self.hift_stream.push(keep.to(self.hift.conv_pre.weight.dtype))
         self.flow_calls.append((b - a, hi - lo, time.perf_counter() - t0))
@@ -288,7 +303,7 @@ class TurboAudioStream:
         if self._samples < n and len(audio):
             k = min(n - self._samples, len(audio))
             audio = audio.clone()
-            audio[:k] *= self._fade[self._samples : self._samples + k].to(audio)
+            audio[:k] *= self._fade[self._samples : self._samples + k].to(audio.dtype)
         self._samples += len(audio)
         return audio.float().cpu().numpy()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +20,9 @@ from voxcast.models.chatterbox_turbo.config import T3Config
 from voxcast.models.chatterbox_turbo.gpt2 import GPT2, KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling, sample
 from voxcast.models.chatterbox_turbo.state import check_state, read_state
+
+if TYPE_CHECKING:
+    from voxcast.models.chatterbox_turbo.t3_static import StaticT3
 
 __all__ = ["T3", "T3_FILE", "TokenStream", "load_t3", "next_many"]
 
@@ -118,6 +122,10 @@ class TokenStream:
         self._start = start
         self.tokens: list[Tensor] = []
         self.done = False
+        #: the :class:`~.t3_static.StaticT3` slot holding its cache once it decodes there
+        self.slot: int | None = None
+        self.slot_ticket: object = None
+        self.static: StaticT3 | None = None
 
     @property
     def steady(self) -> bool:
@@ -142,6 +150,8 @@ class TokenStream:
     def next(self) -> int | None:
         if self.done:
             return None
+        if self.static is not None and self.slot is not None:
+            return self.static.step([self])[0]
         if self._embeds is not None:
             embeds, self._embeds = self._embeds, None
             previous = self._start
@@ -153,8 +163,11 @@ class TokenStream:
 
     def _take(self, logits: Tensor, previous: Tensor) -> int | None:
         token = sample(logits, previous, self.sampling, self.generator)
+        return self._took(token, int(token[0, 0]))
+
+    def _took(self, token: Tensor, value: int) -> int | None:
+        """Record the drawn ``token [1, 1]`` (``value`` its id); None after the stop token."""
         self.tokens.append(token)
-        value = int(token[0, 0])
         if value == self.t3.cfg.stop_speech or len(self.tokens) >= self.max_tokens:
             self.done = True
             if value == self.t3.cfg.stop_speech:
