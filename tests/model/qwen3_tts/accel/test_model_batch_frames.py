@@ -53,7 +53,9 @@ def slots(checkpoint: str) -> Qwen3TTS:
 
 def _gen(model: Qwen3TTS, i: int, limit: int, greedy: bool = True, seed: int | None = None) -> FrameGenerator:
     prompt = model.build_prompt(TEXTS[i], speaker=SPEAKERS[i])
-    return model.new_generator(prompt, SamplingParams(seed=30 + i if seed is None else seed, greedy=greedy), limit)
+    return model.new_generator(
+        prompt, SamplingParams(seed=30 + i if seed is None else seed, greedy=greedy), limit
+    )
 
 
 def _run(model: Qwen3TTS, gens: list[FrameGenerator]) -> list[list[list[int]]]:
@@ -125,8 +127,12 @@ def test_growing_the_slots_keeps_the_codes(slots: Qwen3TTS, eager: Qwen3TTS) -> 
 
 def test_a_rows_sampled_codes_do_not_depend_on_its_batch(slots: Qwen3TTS) -> None:
     """Stream 0 (seed 5) first in one batch, last in another with other companions, and alone."""
-    a = _run(slots, [_gen(slots, 0, 8, greedy=False, seed=5), _gen(slots, 1, 8, False), _gen(slots, 2, 8, False)])
-    b = _run(slots, [_gen(slots, 3, 8, False), _gen(slots, 4, 8, False), _gen(slots, 0, 8, greedy=False, seed=5)])
+    a = _run(
+        slots, [_gen(slots, 0, 8, greedy=False, seed=5), _gen(slots, 1, 8, False), _gen(slots, 2, 8, False)]
+    )
+    b = _run(
+        slots, [_gen(slots, 3, 8, False), _gen(slots, 4, 8, False), _gen(slots, 0, 8, greedy=False, seed=5)]
+    )
     assert b[2] == a[0]
     assert a[1] != a[0]  # the draws are not shared between rows
     alone = _run(slots, [_gen(slots, 0, 8, greedy=False, seed=5)])[0]
@@ -142,7 +148,7 @@ def test_padding_rows_do_not_change_real_rows(slots: Qwen3TTS) -> None:
     assert batched is not None and batched.rows == 4
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():  # (the slots' tensors are allocated in inference mode)
-        for t in batched._row_kv() + [batched._state["hidden"], batched._state["pending"]]:
+        for t in [*batched._row_kv(), batched._state["hidden"], batched._state["pending"]]:
             t[3] = torch.randn(t[3].shape, generator=g) * 100
         batched._state["pos"][3] = batched.length - 1
     assert _run(slots, [_gen(slots, i, 6, greedy=False) for i in range(3)]) == clean
@@ -183,13 +189,19 @@ def test_pick_draws_from_the_warped_distribution() -> None:
     scores = torch.randn(1, v).expand(n, v)
     noise = exponential_noise(torch.full((n,), 3), torch.arange(n), 0, torch.arange(v))
     ones = torch.ones(n)
-    codes = pick(scores, noise, torch.zeros(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones)
+    codes = pick(
+        scores, noise, torch.zeros(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones
+    )
     freq = torch.bincount(codes, minlength=v).float() / n
     torch.testing.assert_close(freq, scores[0].softmax(-1), atol=0.015, rtol=0)
     top1 = pick(scores, noise, torch.zeros(n, dtype=torch.bool), ones, torch.ones(n, dtype=torch.long), ones)
-    greedy = pick(scores, noise, torch.ones(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones)
+    greedy = pick(
+        scores, noise, torch.ones(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones
+    )
     assert (top1 == scores[0].argmax()).all() and (greedy == scores[0].argmax()).all()
-    top_p = pick(scores, noise, torch.zeros(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones * 0.3)
+    top_p = pick(
+        scores, noise, torch.zeros(n, dtype=torch.bool), ones, torch.zeros(n, dtype=torch.long), ones * 0.3
+    )
     kept = scores[0].softmax(-1).sort(descending=True)
     allowed = set(kept.indices[: int((kept.values.cumsum(0) < 0.3).sum()) + 1].tolist())
     assert set(top_p.unique().tolist()) <= allowed
@@ -222,7 +234,12 @@ def test_captured_frames_keep_greedy_codes_of_the_eager_path_on_cuda(checkpoint:
     eager = Qwen3TTS.from_pretrained(checkpoint, device="cuda")
     got = _run(graphs, [_gen(graphs, i, 8) for i in range(3)])
     want = _run(eager, [_gen(eager, i, 8) for i in range(3)])
-    agree = sum(a == b for x, y in zip(got, want, strict=True) for fa, fb in zip(x, y, strict=True) for a, b in zip(fa, fb, strict=True))
+    agree = sum(
+        a == b
+        for x, y in zip(got, want, strict=True)
+        for fa, fb in zip(x, y, strict=True)
+        for a, b in zip(fa, fb, strict=True)
+    )
     assert agree / (16 * 8 * 3) >= 0.9
 
 

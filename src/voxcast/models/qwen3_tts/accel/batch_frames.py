@@ -46,7 +46,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -129,7 +129,7 @@ class BatchedFrames:
         self._slots: list[_Slot] = []
         self._rows = 0
         self._length = 0
-        self._pool: tuple[int, int] | None = None  # CUDA graph memory pool, shared by every bucket
+        self._pool: Any = None  # CUDA graph memory pool, shared by every bucket
         self.captures = 0  # CUDA graphs captured so far (a cold start's cost)
         cp = talker.code_predictor
         n = cp.cfg.num_code_groups
@@ -163,20 +163,20 @@ class BatchedFrames:
         contents; captured graphs are dropped (they read the old tensors)."""
         t, cp = self.talker, self.talker.code_predictor
         c, cc = t.cfg, cp.cfg
-        z = {"device": self.device, "dtype": self.dtype}
+        dev, dt = self.device, self.dtype
         kv = (rows, c.num_key_value_heads, length, c.head_dim)
-        ks = [torch.zeros(kv, **z) for _ in range(c.num_hidden_layers)]
-        vs = [torch.zeros(kv, **z) for _ in range(c.num_hidden_layers)]
+        ks = [torch.zeros(kv, device=dev, dtype=dt) for _ in range(c.num_hidden_layers)]
+        vs = [torch.zeros(kv, device=dev, dtype=dt) for _ in range(c.num_hidden_layers)]
         cpkv = (rows, cc.num_key_value_heads, cc.num_code_groups, cc.head_dim)
-        self._cp_k = [torch.zeros(cpkv, **z) for _ in range(cc.num_hidden_layers)]
-        self._cp_v = [torch.zeros(cpkv, **z) for _ in range(cc.num_hidden_layers)]
-        h, long = c.hidden_size, {"device": self.device, "dtype": torch.long}
+        self._cp_k = [torch.zeros(cpkv, device=dev, dtype=dt) for _ in range(cc.num_hidden_layers)]
+        self._cp_v = [torch.zeros(cpkv, device=dev, dtype=dt) for _ in range(cc.num_hidden_layers)]
+        h, long = c.hidden_size, torch.long
         state = {
-            "pos": torch.zeros(rows, **long),  # [R] next talker position
-            "code0": torch.zeros(rows, **long),  # [R] code 0 of the frame to make
-            "hidden": torch.zeros(rows, 1, h, **z),  # [R, 1, H] last talker output
-            "pending": torch.zeros(rows, 1, h, **z),  # [R, 1, H] E(last frame)
-            "out": torch.zeros(rows, cc.num_code_groups, **long),  # [R, 16] the frame
+            "pos": torch.zeros(rows, device=dev, dtype=long),  # [R] next talker position
+            "code0": torch.zeros(rows, device=dev, dtype=long),  # [R] code 0 of the frame to make
+            "hidden": torch.zeros(rows, 1, h, device=dev, dtype=dt),  # [R, 1, H] last talker output
+            "pending": torch.zeros(rows, 1, h, device=dev, dtype=dt),  # [R, 1, H] E(last frame)
+            "out": torch.zeros(rows, cc.num_code_groups, device=dev, dtype=long),  # [R, 16] the frame
         }
         sampling = RowSampling(rows, c.vocab_size, c.codec_eos_token_id, cc.vocab_size, self.device)
         if self._rows:  # keep what the held slots wrote
@@ -185,8 +185,11 @@ class BatchedFrames:
                 new[:n, :, :s] = prev[:n, :, :s]
             for new, prev in zip(self._row_state(state, sampling), self._row_state(), strict=True):
                 new[:n] = prev[:n]
-        flags = {"device": self.device, "dtype": torch.bool}
-        self._in = _Inputs(torch.zeros(rows, 1, h, **z), torch.zeros(rows, **flags), torch.zeros(rows, **flags))
+        self._in = _Inputs(
+            torch.zeros(rows, 1, h, device=dev, dtype=dt),
+            torch.zeros(rows, device=dev, dtype=torch.bool),
+            torch.zeros(rows, device=dev, dtype=torch.bool),
+        )
         self._k, self._v, self._state, self.sampling = ks, vs, state, sampling
         self._rows, self._length = rows, length
         cos, sin = t._rope(length, ks[0])  # [P >= S, D]
@@ -196,7 +199,9 @@ class BatchedFrames:
     def _row_kv(self) -> list[Tensor]:
         return self._k + self._v
 
-    def _row_state(self, state: dict[str, Tensor] | None = None, sampling: RowSampling | None = None) -> list[Tensor]:
+    def _row_state(
+        self, state: dict[str, Tensor] | None = None, sampling: RowSampling | None = None
+    ) -> list[Tensor]:
         st = self._state if state is None else state
         smp = self.sampling if sampling is None else sampling
         return [st["pos"], st["code0"], st["hidden"], st["pending"], *smp.row_tensors()]
@@ -246,7 +251,7 @@ class BatchedFrames:
 
     def _frame(self, b: int) -> None:
         """One frame of rows ``[0, b)``: reads ``_in``, updates the slots' state, writes ``out[:b]``."""
-        t, cp, st, smp = self.talker, self.talker.code_predictor, self._state, self.sampling
+        t, _cp, st, smp = self.talker, self.talker.code_predictor, self._state, self.sampling
         step, live = self._in.step[:b], self._in.live[:b]
         pos = st["pos"][:b]
         x = st["pending"][:b] + self._in.text[:b]  # [B, 1, H]
@@ -280,7 +285,16 @@ class BatchedFrames:
         codes, embeds = [], [code0_embed]
         for g in range(cp.num_codes):
             cos, sin = self._cp_rope[g]
-            h = _layers(cp.model.layers, cp.small_to_mtp_projection(x), cos, sin, self._cp_pos[g], self._cp_mask[g], ks, vs)
+            h = _layers(
+                cp.model.layers,
+                cp.small_to_mtp_projection(x),
+                cos,
+                sin,
+                self._cp_pos[g],
+                self._cp_mask[g],
+                ks,
+                vs,
+            )
             logits = cp.lm_head[g](cp.model.norm(h))[:, -1, :].to(torch.float32)  # [B, vocab]
             code = self.sampling.code_pick(logits, g)
             codes.append(code)

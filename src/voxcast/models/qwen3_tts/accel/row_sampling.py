@@ -102,22 +102,24 @@ class RowSampling:
         device: where the tensors live.
     """
 
-    def __init__(self, rows: int, vocab_size: int, eos_id: int, code_vocab: int, device: torch.device) -> None:
+    def __init__(
+        self, rows: int, vocab_size: int, eos_id: int, code_vocab: int, device: torch.device
+    ) -> None:
         ids = torch.arange(vocab_size, device=device)
         self.eos = ids == eos_id  # [V]
         self.suppress = (ids >= vocab_size - SUPPRESSED_TAIL) & ~self.eos  # [V]
         self.lanes = ids
         self.code_lanes = torch.arange(code_vocab, device=device)
-        z = {"device": device}
-        self.greedy = torch.zeros(rows, dtype=torch.bool, **z)
-        self.temperature = torch.ones(rows, **z)
-        self.top_k = torch.zeros(rows, dtype=torch.long, **z)
-        self.top_p = torch.ones(rows, **z)
-        self.penalty = torch.ones(rows, **z)
-        self.seed = torch.zeros(rows, dtype=torch.long, **z)
-        self.samples = torch.zeros(rows, dtype=torch.long, **z)  # talker draws so far
-        self.frames = torch.zeros(rows, dtype=torch.long, **z)  # code-predictor frames so far
-        self.seen = torch.zeros(rows, vocab_size, dtype=torch.bool, **z)  # [R, V]
+        long, flag = torch.long, torch.bool
+        self.greedy = torch.zeros(rows, dtype=flag, device=device)
+        self.temperature = torch.ones(rows, device=device)
+        self.top_k = torch.zeros(rows, dtype=long, device=device)
+        self.top_p = torch.ones(rows, device=device)
+        self.penalty = torch.ones(rows, device=device)
+        self.seed = torch.zeros(rows, dtype=long, device=device)
+        self.samples = torch.zeros(rows, dtype=long, device=device)  # talker draws so far
+        self.frames = torch.zeros(rows, dtype=long, device=device)  # code-predictor frames so far
+        self.seen = torch.zeros(rows, vocab_size, dtype=flag, device=device)  # [R, V]
 
     def row_tensors(self) -> list[Tensor]:
         """Every per-row tensor (dim 0 = slot), for moving a row between slots."""
