@@ -74,7 +74,8 @@ class _Slot:
 
 @dataclass
 class _Inputs:
-    """Host-written inputs of a frame (fixed addresses, copied into before a run)."""
+    """Host-written inputs of a frame (fixed addresses, copied into before a run) and the CUDA
+    graphs captured over them and the slots' tensors of the same allocation (by batch bucket)."""
 
     text: Tensor  # [R, 1, H] text-track input of the talker step
     step: Tensor  # [R] bool: the row runs a talker step this frame
