@@ -15,7 +15,8 @@ over all S positions with the per-row mask ``arange(S) <= pos[row]``, so no shap
 row's length and nothing reads a length back to the host. S grows in powers of two from 256
 (:func:`.graphs.bucket`) when a stream reaches it (tensors reallocated, graphs captured again).
 A stream's prefill stays eager in its own cache (prefix cache, prefill in parts unchanged); its
-keys/values are copied into its slot when it first steps.
+keys/values are copied into its slot when it first steps. The prefill's draw (the first frame's code 0)
+is the exact sampler's (the stream's own seeded generator, alone); every later draw is counter-based.
 
 **Slots and batch buckets: compaction.** Live streams always occupy slots ``[0, n)`` and a frame
 runs rows ``[0, B)`` with ``B = batch_bucket(n)``; when a stream ends, the stream in the last slot
