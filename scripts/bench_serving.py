@@ -230,6 +230,10 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
         keys: tuple[str, ...] = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame")
         keys += ("ttfa_ms", "stalls", "stall_ms_per_stream", "rtf")
         per_level = {n: {k: median_of(r["levels"][n], k) for k in keys} for n in levels}
+        if 1 in levels:  # issue 45's target: N streams make >= 0.9 x N x one stream's frames/s
+            one = per_level[1]["frames_per_s"]
+            for n in levels:
+                per_level[n]["batching_ratio"] = per_level[n]["frames_per_s"] / (n * one) if one else 0.0
         out[mode] = {"ttfa": ttfa, "levels": per_level}
     if {"on", "off"} <= out.keys():
         out["on_over_off"] = {
@@ -308,13 +312,15 @@ def print_table(summary: dict[str, Any], levels: list[int], official: dict[str, 
             f"{new['prefill_ms']:.0f} / {known['prefill_ms']:.0f} / {cached['prefill_ms']:.0f} ms; "
             f"cached request: prefix_cache_hit {cached['timing'].get('prefix_cache_hit', 'n/a')}"
         )
-        print("streams  frames/s  audio-s/s  ms/frame  gen ms/frame  TTFA ms  stalls  stall ms  RTF")
+        print(
+            "streams  frames/s  audio-s/s  ms/frame  gen ms/frame  TTFA ms  stalls  stall ms  RTF  batching"
+        )
         for n in levels:
             v = s["levels"][n]
             print(
                 f"{n:7d}  {v['frames_per_s']:8.2f}  {v['audio_s_per_wall_s']:9.3f}  {v['ms_per_frame']:8.1f}  "
                 f"{v['gen_ms_per_frame']:12.1f}  {v['ttfa_ms']:7.0f}  {v['stalls']:6.0f}  "
-                f"{v['stall_ms_per_stream']:8.0f}  {v['rtf']:5.2f}"
+                f"{v['stall_ms_per_stream']:8.0f}  {v['rtf']:5.2f}  {v.get('batching_ratio', float('nan')):8.2f}"
             )
     if "on_over_off" in summary:
         print("\non/off ratios, medians of back-to-back pairs (range):")
@@ -348,6 +354,12 @@ def main() -> int:
     ap.add_argument("--codec-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (VOXCAST_DEVICE)")
     ap.add_argument("--compile", default="off", choices=["off", "on", "auto"], help="VOXCAST_COMPILE")
+    ap.add_argument(
+        "--batch-graphs",
+        default="off",
+        choices=["off", "on"],
+        help="VOXCAST_BATCH_GRAPHS: frames of a batch in cache slots, a CUDA graph per batch bucket on CUDA",
+    )
     ap.add_argument("--official", action="store_true", help="also time the official qwen-tts")
     ap.add_argument(
         "--priming-ab",
@@ -365,7 +377,7 @@ def main() -> int:
     name = args.model.name if args.model else args.size
     engines = load_engines(
         path, modes, args.dtype, device=args.device, compile=args.compile, quant=args.quant,
-        codec_dtype=args.codec_dtype,
+        codec_dtype=args.codec_dtype, settings={"batch_graphs": args.batch_graphs},
     )  # fmt: skip
     for mode, engine in engines.items():
         if engine.precision is not None and engine.precision.fallbacks:
@@ -426,6 +438,8 @@ def main() -> int:
         name += f"-{args.device.replace(':', '')}-{args.dtype}" + (
             "-compiled" if args.compile != "off" else ""
         )
+    if args.batch_graphs == "on":
+        name += "-batch-graphs"
     out = args.out / f"serving-{name}.json"
     out.write_text(json.dumps(doc, indent=1, default=str))
     plot(summary, levels, official, out.with_suffix(".png"))

@@ -4,8 +4,12 @@
 # unload on CUDA, Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16), and
 # capacity under Poisson load (bench_load.py), and prompt-library throughput with 1 and 16 prompts in flight
 # (target: 16 in flight >= 8x sequential). Logs and JSON go to $OUT (default bench-results/gpu).
+# Step "slots" (not in the default seven; its own run) measures VOXCAST_BATCH_GRAPHS (issue 45 item 2):
+# rows vs slots at 1/2/4/8/16 streams at the model level (bench_batch_frames.py), then the engine with
+# --batch-graphs on (bench_serving.py).
 #
 #     bash scripts/gpu_check.sh            # on a machine with CUDA and voxcast's dependencies
+#     STEPS="tests slots" TESTS_S=200 bash scripts/gpu_check.sh   # the batch_graphs checks (<= 600 s)
 set -u
 OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
@@ -18,13 +22,14 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 [ -d .gpu/qwen3-tts-reference ] && export VOXCAST_QWEN3_REFERENCE=${VOXCAST_QWEN3_REFERENCE:-$PWD/.gpu/qwen3-tts-reference}
-STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which to run (turboprof: on request)
+STEPS=${STEPS:-tests eager unload compiled turbo load prerender}  # which to run (slots, turboprof: on request)
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi -L
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
 has tests && timeout "${TESTS_S:-100}" $PY -m pytest -q -p no:cacheprovider -m gpu \
     tests/engine/test_engine_cuda.py tests/engine/test_engine_idle_unload.py tests/model/qwen3_tts/accel/test_model_static_decode.py \
     tests/engine/test_engine_turbo_cuda.py tests/model/chatterbox_turbo/test_chatterbox_t3_static.py \
+    tests/model/qwen3_tts/accel/test_model_batch_frames.py tests/engine/test_engine_batch_graphs.py \
     2>&1 | tee "$OUT/gpu-tests.log"
 has eager && timeout "${EAGER_S:-80}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \
     --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread both --out "$OUT" 2>&1 | tee "$OUT/serving-eager.log"
@@ -44,3 +49,8 @@ has load && VOXCAST_COMPILE=${LOAD_COMPILE:-off} timeout "${LOAD_S:-100}" $PY sc
 has prerender && timeout "${PRERENDER_S:-60}" $PY scripts/bench_prerender_fanout.py --size 0.6b --device cuda \
     --dtype bfloat16 --workers 0 --in-flight 1,16 --prompts "${LIB_PROMPTS:-32}" --frames 36 --out "$OUT" \
     2>&1 | tee "$OUT/prerender-fanout.log"
+has slots && timeout "${SLOTS_S:-150}" $PY scripts/bench_batch_frames.py --size 0.6b --device cuda --dtype bfloat16 \
+    --streams "${SLOTS_STREAMS:-1,2,4,8,16}" --frames 48 --reps 2 --out "$OUT" 2>&1 | tee "$OUT/batch-frames.log"
+has slots && timeout "${SLOTS_SERVING_S:-150}" $PY scripts/bench_serving.py --size 0.6b --device cuda --dtype bfloat16 \
+    --batch-graphs on --streams "${STREAMS:-1,4,16}" --frames 48 --reps 1 --decode-thread off --out "$OUT" \
+    2>&1 | tee "$OUT/serving-batch-graphs.log"

@@ -1,5 +1,6 @@
 """Qwen3-TTS as a model family of :mod:`voxcast.models.registry`: its loader, its CPU kernel
-settings (``VOXCAST_INT8_KERNEL``, ``VOXCAST_FUSED_OPS``, ``VOXCAST_F32_ROWS``) and its test
+settings (``VOXCAST_INT8_KERNEL``, ``VOXCAST_FUSED_OPS``, ``VOXCAST_F32_ROWS``,
+``VOXCAST_BATCH_GRAPHS``) and its test
 checkpoints. Imports the model only when a checkpoint is loaded."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def load(root: Path, options: LoadOptions) -> TTSModel:
         int8_kernel=options.setting("int8_kernel"),
         fused_ops=options.setting("fused_ops"),
         f32_rows=options.setting("f32_rows"),
+        batch_graphs=bool(options.setting("batch_graphs")),
     )
 
 
@@ -57,6 +59,15 @@ SETTINGS = (
         doc="float32 weights on the CPU: decode rows on voxcast's kernels (bitwise F.linear, checked "
         "at load): auto (where the BLAS's bits match and each measures faster), on (where they match) "
         "or off",
+    ),
+    Setting(
+        "batch_graphs",
+        "VOXCAST_BATCH_GRAPHS",
+        on_off_auto,
+        doc="each frame of a batch as one static-shape function over slots of one batched key/value "
+        "cache, captured as a CUDA graph per batch bucket on CUDA (eager on a CPU), sampling with "
+        "counter-based draws (same seed, same audio whatever else is batched; not the official "
+        "sampler's draws): on or off (auto = off until measured on a GPU)",
     ),
 )
 

@@ -30,6 +30,7 @@ from voxcast.errors import InvalidRequest
 from voxcast.models.base import SamplingParams, WarmupCase
 from voxcast.models.qwen3_tts.accel.apply import AccelConfig, AccelReport
 from voxcast.models.qwen3_tts.accel.apply import apply as apply_accel
+from voxcast.models.qwen3_tts.accel.batch_frames import BatchedFrames
 from voxcast.models.qwen3_tts.checkpoint import (
     Qwen3TTSNet,
     checkpoint_identity,
@@ -121,6 +122,8 @@ class Qwen3TTS:
         )
         self.quant = self.accel.quant
         self.compile_enabled = self.accel.compile
+        #: Whole frames in slots (``batch_graphs``), or None: :func:`~.generator.step_many`.
+        self.batched = BatchedFrames(self.talker) if self.accel.batch_graphs else None
         self.model_type = config.tts_model_type
         self.speakers = config.speakers
         self.languages = config.languages
@@ -157,6 +160,7 @@ class Qwen3TTS:
         int8_variant: str | None = None,
         fused_ops: bool | None = None,
         f32_rows: bool | None = None,
+        batch_graphs: bool = False,
     ) -> Qwen3TTS:
         """Load a checkpoint directory or hub id.
 
@@ -197,6 +201,11 @@ class Qwen3TTS:
                 through packed copies of their weights (+~300 MB for its five layers); taken only
                 where every weight gives the BLAS's bits (checked at load). True: there; None:
                 where each also measures faster at load; False: never (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
+            batch_graphs: run each frame of a batch as one static-shape function over slots of one
+                batched key/value cache, with graph-safe counter-based sampling, captured as a CUDA
+                graph per batch bucket on CUDA (:mod:`voxcast.models.qwen3_tts.accel.batch_frames`).
+                Greedy codes as the eager path (up to rounding); sampled draws differ from the
+                official sampler's, but do not depend on the batch.
 
         Raises:
             CheckpointError: missing files, bad config, weights that do not match.
@@ -211,6 +220,7 @@ class Qwen3TTS:
             int8_variant=int8_variant,
             fused_ops=fused_ops,
             f32_rows=f32_rows,
+            batch_graphs=batch_graphs,
         )
         t0 = time.perf_counter()
         dev = torch.device(device)
@@ -386,6 +396,8 @@ class Qwen3TTS:
     def prepare_batches(self, max_batch: int) -> None:
         """Record the talker's and the code predictor's steps for every batch size up to ``max_batch``
         (if traced), or compile the code predictor's for every batch bucket (with ``compile``)."""
+        if self.batched is not None:
+            self.batched.prepare(max_batch)
         if self.talker.static is not None:
             self.talker.static.prepare(max_batch)
         traced = self.talker.code_predictor.traced
@@ -412,7 +424,10 @@ class Qwen3TTS:
         )
 
     def step_many(self, generators: list[FrameGenerator]) -> list[torch.Tensor | None]:
-        """One frame for each generator in one batched step (see :func:`~.generator.step_many`)."""
+        """One frame for each generator in one batched step (see :func:`~.generator.step_many`; with
+        ``batch_graphs``, :meth:`~.accel.batch_frames.BatchedFrames.step_many`)."""
+        if self.batched is not None:
+            return self.batched.step_many(generators)
         return step_many(generators)
 
     def new_decoder(self, voice: VoicePrompt | None = None, seed: int | None = None) -> StreamingDecoder:

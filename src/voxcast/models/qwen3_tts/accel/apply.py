@@ -58,6 +58,7 @@ class AccelConfig:
     int8_variant: str | None = None
     fused_ops: bool | None = None
     f32_rows: bool | None = None
+    batch_graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.quant not in QUANT_MODES:
@@ -74,6 +75,8 @@ class AccelReport:
         onednn_rows / rows_kernel: batched float32 decode rows on oneDNN.
         row_parts / row_kernel: float32 decode rows as this many blocks of outputs in one bmm.
         f32_rows: float32 decode rows on voxcast's BLAS-order kernels (what was checked and timed).
+        batch_graphs: frames of a batch as one static-shape function over cache slots
+            (:mod:`.batch_frames`; CUDA graphs on CUDA), set up by the model.
         int8_store: with int8 weights, "read" (from the int8 store), "written" (quantized, then
             stored) or None (quantized; the store is off or could not be written).
     """
@@ -91,6 +94,7 @@ class AccelReport:
     row_kernel: dict[str, object] | None = None
     f32_rows: dict[str, object] | None = None
     int8_store: str | None = None
+    batch_graphs: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -129,7 +133,9 @@ def apply(
             instead of quantizing with ``quant=int8``; without them the quantized weights are stored
             for next time.
     """
-    report = AccelReport(quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps)
+    report = AccelReport(
+        quant=cfg.quant, compile=cfg.compile, trace_steps=cfg.trace_steps, batch_graphs=cfg.batch_graphs
+    )
     if cfg.quant != "int8" and _small(talker):  # left to measurement: PyTorch's kernels, no build
         cfg = dataclasses.replace(
             cfg,

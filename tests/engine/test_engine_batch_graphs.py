@@ -1,0 +1,113 @@
+"""The engine with ``VOXCAST_BATCH_GRAPHS=on`` (Qwen3-TTS frames in slots, :mod:`voxcast.models.qwen3_tts.accel.batch_frames`):
+it serves audio, concurrent streams keep the codes each makes alone (greedy: also the default
+path's), a seed reproduces whatever else is batched, a cancelled stream gives its slot back.
+On a CPU the frame function runs eagerly; the same checks on CUDA (captured graphs) are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from voxcast.config import EngineConfig
+from voxcast.engine.engine import Engine
+
+Factory = Callable[[str], Path]
+TEXTS = ["One two three.", "Hello there, how are you?", "A longer sentence to say now, slowly.", "Bye."]
+
+
+def _engine(tiny_model_dir: Factory, device: str, batch_graphs: str = "off") -> Engine:
+    config = EngineConfig(
+        model=str(tiny_model_dir("custom_voice")),
+        device=device,
+        chunk_frames=3,
+        max_active=4,
+        settings={"batch_graphs": batch_graphs},
+    )
+    return Engine.load(config)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Factory) -> Iterator[Engine]:
+    e = _engine(tiny_model_dir, "cpu", batch_graphs="on")
+    yield e
+    e.close()
+
+
+def _codes(engine: Engine, text: str, **request: object) -> list[list[int]]:
+    stream = engine.synthesize({"text": text, "voice": "ryan", "max_frames": 10, **request})
+    chunks = list(stream)
+    assert chunks and all(np.isfinite(c.pcm).all() for c in chunks)
+    return stream.timing.extra["codes"]
+
+
+def _together(engine: Engine, requests: list[dict[str, object]]) -> list[list[list[int]]]:
+    out: list[list[list[int]]] = [[] for _ in requests]
+
+    def run(i: int) -> None:
+        out[i] = _codes(engine, **requests[i])  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return out
+
+
+def _check_serving(engine: Engine, default: Engine | None) -> None:
+    assert engine.model.batched is not None  # type: ignore[attr-defined]
+    engine.keep_codes = True
+    alone = [_codes(engine, t, greedy=True) for t in TEXTS]
+    together = _together(engine, [{"text": t, "greedy": True} for t in TEXTS])
+    assert together == alone and all(len(c) == 10 for c in alone)
+    if default is not None:
+        default.keep_codes = True
+        assert [_codes(default, t, greedy=True) for t in TEXTS] == alone
+    # a seeded stream says the same alone and among other sampled streams
+    seeded = _codes(engine, TEXTS[1], seed=7)
+    mixed = _together(engine, [{"text": TEXTS[0]}, {"text": TEXTS[2]}, {"text": TEXTS[1], "seed": 7}])
+    assert mixed[2] == seeded
+
+
+def test_the_engine_serves_with_batch_graphs(engine: Engine, tiny_model_dir: Factory) -> None:
+    default = _engine(tiny_model_dir, "cpu")
+    try:
+        assert default.model.batched is None  # type: ignore[attr-defined]
+        _check_serving(engine, default)
+    finally:
+        default.close()
+    assert engine.model.runtime_report()["batch_graphs"] is True  # type: ignore[attr-defined]
+
+
+def test_the_setting_is_read_from_the_environment() -> None:
+    config = EngineConfig.from_env({"VOXCAST_MODEL": "x", "VOXCAST_BATCH_GRAPHS": "on"})
+    assert config.settings["batch_graphs"] is True
+    with pytest.raises(ValueError, match="VOXCAST_BATCH_GRAPHS"):
+        EngineConfig.from_env({"VOXCAST_MODEL": "x", "VOXCAST_BATCH_GRAPHS": "sometimes"})
+
+
+def test_a_cancelled_stream_gives_its_slot_back(engine: Engine) -> None:
+    stream = engine.synthesize({"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1})
+    next(stream)
+    stream.cancel()
+    list(stream)
+    assert stream.timing.finish_reason == "cancelled"
+    _codes(engine, "Next.")  # the next step sweeps the dropped stream's slot
+    assert engine.model.batched.active == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.gpu
+def test_the_engine_serves_with_batch_graphs_on_cuda(tiny_model_dir: Factory) -> None:
+    """Captured graphs per bucket (captured at warm-up): the same checks as on the CPU, greedy codes
+    against the captured path alone (the default path's rounding differs on CUDA)."""
+    e = _engine(tiny_model_dir, "cuda", batch_graphs="on")
+    try:
+        assert e.model.batched.cuda_graphs and e.model.batched.captures >= 3  # type: ignore[attr-defined]
+        _check_serving(e, None)
+    finally:
+        e.close()
