@@ -98,6 +98,8 @@ class StaticT3:
         self.greedy = torch.zeros(slots, 1, dtype=torch.bool, device=dev)
         self.q = torch.ones(slots, cfg.speech_vocab, dtype=torch.float32, device=dev)  # Exp(1) noise (graphs)
         self._positions = torch.arange(self.length, device=dev)
+        self.steps = 0  # steps run (rows: :attr:`rows`), for reports and tests
+        self.rows = 0
         self._free = list(range(slots))
         self._lock = threading.Lock()
         self._owner: dict[int, object] = {}  # slot -> the ticket of the stream holding it
@@ -222,6 +224,7 @@ class StaticT3:
         assert all(s is not None for s in slots)
         idx = [int(s) for s in slots if s is not None]
         bucket = self.bucket_for(idx)
+        self.steps, self.rows = self.steps + 1, self.rows + len(idx)
         with torch.inference_mode():
             if self.graphs:
                 for s, i in zip(streams, idx, strict=True):
