@@ -34,6 +34,7 @@ def test_the_demo_model_ends_its_speech_and_a_replay_comes_from_the_cache(
     demo_model: Path, tmp_path: Path
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VOXCAST_STORAGE_DIR": str(tmp_path / "store")}
+    env |= {"VOXCAST_THREADS": "1", "OMP_NUM_THREADS": "1"}  # as the server and worker fixtures
     cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "synth", DEMO_TEXT, "--model", str(demo_model),
            "--voice", "ryan", "--seed", "8", "--out", str(tmp_path / "demo.wav")]  # fmt: skip
     runs = [subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]
