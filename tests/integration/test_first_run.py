@@ -17,7 +17,6 @@ import soundfile as sf
 from voxcast import Engine, EngineConfig
 from voxcast.kernels import native
 from voxcast.serving.cli.main import main
-from voxcast.testing.qwen3_tts import make_test_model
 from voxcast.watermark import mark
 from voxcast.watermark.perth import PerthWatermarker, find_perth_weights
 
@@ -26,8 +25,8 @@ DEMO_TEXT = "Hello from voxcast. This is streaming speech."  # scripts/demo.sh's
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_test_model(tmp_path_factory.mktemp("demo") / "m", "custom_voice", "tiny", ends_speech=True)
+def demo_model(demo_model_dir: Path) -> Path:
+    return demo_model_dir
 
 
 def test_the_demo_model_ends_its_speech_and_a_replay_comes_from_the_cache(
