@@ -12,7 +12,6 @@ import pytest
 from voxcast import Engine, EngineConfig
 from voxcast.config import max_frames_for_text
 from voxcast.engine.request import MAX_TEXT_CHARS, parse_request
-from voxcast.testing.qwen3_tts import make_test_model
 from voxcast.text import plan_chunks
 
 SENTENCES = (
@@ -33,10 +32,9 @@ def long_text(chars: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def demo_engine(demo_model_dir: Path) -> Any:
     """A tiny CustomVoice checkpoint whose speech ends by end-of-speech (the demo model)."""
-    path = make_test_model(tmp_path_factory.mktemp("demo") / "m", "custom_voice", "tiny", ends_speech=True)
-    engine = Engine.load(EngineConfig(model=str(path), device="cpu", warmup=False, max_active=2))
+    engine = Engine.load(EngineConfig(model=str(demo_model_dir), device="cpu", warmup=False, max_active=2))
     yield engine
     engine.close()
 

@@ -25,7 +25,13 @@ def _cmd(model: Path, out: str, *extra: str) -> list[str]:
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "VOXCAST_STORAGE_DIR": str(tmp_path / "store"), "HF_HUB_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "VOXCAST_STORAGE_DIR": str(tmp_path / "store"),
+        "HF_HUB_OFFLINE": "1",
+        "VOXCAST_THREADS": "1",  # one OpenMP thread, as the server and worker fixtures
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def test_sentences_are_spoken_as_the_text_arrives(tiny_model_dir: Factory, tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _voices(model: Path, store: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VOXCAST_STORAGE_DIR": str(store), **env}
+    full = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VOXCAST_STORAGE_DIR": str(store)}
+    full |= {"VOXCAST_THREADS": "1", "OMP_NUM_THREADS": "1", **env}  # as the server and worker fixtures
     return subprocess.run(
         [
             sys.executable,

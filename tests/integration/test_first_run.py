@@ -17,7 +17,6 @@ import soundfile as sf
 from voxcast import Engine, EngineConfig
 from voxcast.kernels import native
 from voxcast.serving.cli.main import main
-from voxcast.testing.qwen3_tts import make_test_model
 from voxcast.watermark import mark
 from voxcast.watermark.perth import PerthWatermarker, find_perth_weights
 
@@ -26,14 +25,15 @@ DEMO_TEXT = "Hello from voxcast. This is streaming speech."  # scripts/demo.sh's
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_test_model(tmp_path_factory.mktemp("demo") / "m", "custom_voice", "tiny", ends_speech=True)
+def demo_model(demo_model_dir: Path) -> Path:
+    return demo_model_dir
 
 
 def test_the_demo_model_ends_its_speech_and_a_replay_comes_from_the_cache(
     demo_model: Path, tmp_path: Path
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VOXCAST_STORAGE_DIR": str(tmp_path / "store")}
+    env |= {"VOXCAST_THREADS": "1", "OMP_NUM_THREADS": "1"}  # as the server and worker fixtures
     cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "synth", DEMO_TEXT, "--model", str(demo_model),
            "--voice", "ryan", "--seed", "8", "--out", str(tmp_path / "demo.wav")]  # fmt: skip
     runs = [subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300) for _ in range(2)]

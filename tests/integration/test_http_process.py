@@ -53,6 +53,8 @@ def _env(model: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
         VOXCAST_STORAGE_DIR=str(tmp_path / "store"),
         VOXCAST_STORAGE_FSYNC="0",
         VOXCAST_WARMUP="0",
+        VOXCAST_THREADS="1",  # one OpenMP thread, as the other server fixtures: the test process
+        OMP_NUM_THREADS="1",  # works beside it on 2 cores (oversubscribed teams are 2-10x slower)
         **extra,
     )
     return env

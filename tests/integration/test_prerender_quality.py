@@ -24,7 +24,6 @@ from voxcast.engine.timing import Timing
 from voxcast.prerender.library import PrerenderJob, prerender
 from voxcast.service import Service, ServiceConfig
 from voxcast.storage.base import BlobStore
-from voxcast.testing.qwen3_tts import make_test_model
 from voxcast.testing.signals import speech_like
 
 
@@ -130,9 +129,8 @@ def test_with_the_gate_off_every_render_is_stored_as_it_came(local_store: BlobSt
 
 # -- the tiny demo model, end to end ------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def demo_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[BlobStore], Service]]:
-    model = make_test_model(tmp_path_factory.mktemp("demo") / "m", "custom_voice", "tiny", ends_speech=True)
-    engine = Engine.load(EngineConfig(model=str(model), device="cpu", warmup=False))
+def demo_service(demo_model_dir: Path) -> Iterator[Callable[[BlobStore], Service]]:
+    engine = Engine.load(EngineConfig(model=str(demo_model_dir), device="cpu", warmup=False))
     yield lambda store: Service.assemble(ServiceConfig(), engine, store)
     engine.close()
 
