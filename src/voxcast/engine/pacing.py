@@ -7,7 +7,7 @@ played yet: ``play_end - now``. A stream with more slack than a round can cost d
 this round. So while a new real-time request waits for its first chunk (its prefill runs, its first
 frames are generated), streams whose slack exceeds the horizon skip rounds, and the rows that need
 frames still run together in one batched step: the new request's first chunk is not queued behind
-frames nobody needs yet (VoxServe's slack scheduling, docs in /shared/docs/gpu-serving.md). Streams
+frames nobody needs yet (the slack scheduling of VoxServe, Kamahori et al. 2026). Streams
 without a listener (prerender, batch jobs, responses returned whole) have no deadline and yield to
 every new request. With nobody waiting for a first chunk every stream steps every round.
 
