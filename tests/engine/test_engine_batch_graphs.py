@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,13 +21,14 @@ Factory = Callable[[str], Path]
 TEXTS = ["One two three.", "Hello there, how are you?", "A longer sentence to say now, slowly.", "Bye."]
 
 
-def _engine(tiny_model_dir: Factory, device: str, batch_graphs: str = "off") -> Engine:
+def _engine(tiny_model_dir: Factory, device: str, batch_graphs: str = "off", **fields: Any) -> Engine:
     config = EngineConfig(
         model=str(tiny_model_dir("custom_voice")),
         device=device,
         chunk_frames=3,
         max_active=4,
         settings={"batch_graphs": batch_graphs},
+        **fields,
     )
     return Engine.load(config)
 
@@ -82,6 +84,27 @@ def test_the_engine_serves_with_batch_graphs(engine: Engine, tiny_model_dir: Fac
     finally:
         default.close()
     assert engine.model.runtime_report()["batch_graphs"] is True  # type: ignore[attr-defined]
+
+
+def test_a_text_in_pieces_speaks_as_the_default_path(tiny_model_dir: Factory) -> None:
+    """A long text is spoken in pieces (a generator each, the next prefilled ahead): each piece's
+    generator takes a slot when it first steps and gives it back when it ends."""
+    text = "First sentence of the piece test. Second sentence follows it here. A third one ends it."
+    engine = _engine(tiny_model_dir, "cpu", "on", piece_chars=40, warmup=False)
+    default = _engine(tiny_model_dir, "cpu", piece_chars=40, warmup=False)
+    try:
+        got: list[list[int]] = []
+        want: list[list[int]] = []
+        for e, out in ((engine, got), (default, want)):
+            e.keep_codes = True
+            stream = e.synthesize({"text": text, "voice": "ryan", "greedy": True})
+            assert list(stream)
+            out.extend(stream.timing.extra["codes"])
+        assert got == want and len(got) > 0
+        assert engine.model.batched.active == 0  # type: ignore[attr-defined]
+    finally:
+        engine.close()
+        default.close()
 
 
 def test_the_setting_is_read_from_the_environment() -> None:
