@@ -346,6 +346,12 @@ class ServiceStream(Iterator[EncodedChunk]):
     def cancelled(self) -> bool:
         return self._cancelled
 
+    @property
+    def ended(self) -> bool:
+        """True once it can speak no more text: the engine ended or failed it, or iteration ended."""
+        engine = self._engine_stream
+        return self._recorded or (engine is not None and engine.done)
+
 
 class Service:
     """A loaded engine plus storage. Create with :meth:`load`."""

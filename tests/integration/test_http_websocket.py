@@ -328,3 +328,18 @@ def test_words_mode_at_a_speed_is_the_whole_text_at_that_speed(url: str, service
     audio = _audio(msgs)
     assert len(audio) == 2 * round(20 * 1920 / 1.5)
     assert audio == _whole(service, TEXT.strip(), speed=1.5, max_frames=20)
+
+
+def test_words_mode_text_after_the_utterance_ended_starts_a_new_one(url: str) -> None:
+    """An utterance that reached its ``max_frames`` has ended though its text is still open: more
+    text is a new utterance, spoken, not pushed into the ended stream and lost."""
+    with _open(url) as ws:
+        ws.send(json.dumps({**WORDS, "max_frames": 4}))
+        ws.send(json.dumps({"type": "text", "text": "A first reply that runs past its frames "}))
+        first = _read_until(ws, "segment_done")  # ended at 4 frames, its text not closed
+        ws.send(json.dumps({"type": "text", "text": "Then more."}))
+        ws.send(json.dumps({"type": "flush"}))
+        ws.send(json.dumps({"type": "close"}))
+        rest = _read_until(ws, "closed")
+    assert _events(first, "segment_done")[0]["timing"]["frames"] == 4
+    assert len(_events(rest, "started")) == 1 and _audio(rest) and rest[-1]["segments"] == 2

@@ -72,6 +72,7 @@ class SynthesisStream(Iterator[AudioChunk]):
         self._cancel = threading.Event()
         self._started = False
         self._finished = False
+        self._done = False  # the producer put its last item (the end or an error)
 
     # -- consumer side -------------------------------------------------------------------------
     def __iter__(self) -> SynthesisStream:
@@ -152,6 +153,12 @@ class SynthesisStream(Iterator[AudioChunk]):
         """True once the iterator has ended (normally, by error or by cancellation)."""
         return self._finished
 
+    @property
+    def done(self) -> bool:
+        """True once the engine is through with it (ended or failed): text pushed now is never spoken;
+        chunks may still wait to be read."""
+        return self._done
+
     def __del__(self) -> None:
         self._cancel.set()
 
@@ -160,7 +167,9 @@ class SynthesisStream(Iterator[AudioChunk]):
         self._queue.put(chunk)
 
     def _fail(self, exc: BaseException) -> None:
+        self._done = True
         self._queue.put(exc)
 
     def _end(self) -> None:
+        self._done = True
         self._queue.put(_END)

@@ -32,7 +32,8 @@ closed with code 1001 (going away).
 
 Segments (utterances or sentences) are spoken one after another with the same voice, settings and
 seed. An utterance that gets no text for ``VOXCAST_TEXT_WAIT_S`` is taken as complete; text after
-that starts a new one.
+that starts a new one, as does text after the utterance's audio ended on its own (its ``max_frames``,
+end of speech, an error).
 """
 
 from __future__ import annotations
@@ -137,6 +138,17 @@ def _err(e: BaseException) -> dict[str, Any]:
     if "Retry-After" in err.headers:  # over capacity: a socket has no headers, so the message says it
         out["retry_after_s"] = int(err.headers["Retry-After"])
     return out
+
+
+def _full(seg: _Segment, more: int) -> bool:
+    """Whether the utterance ``seg`` takes no more text: its stream ended (its ``max_frames``, end of
+    speech, a failure: text pushed now would never be spoken), it timed out waiting for text, or
+    ``more`` characters would make it longer than a request may be."""
+    stream = seg.stream
+    if stream is None:
+        return False
+    timed_out = stream.feed is not None and stream.feed.closed
+    return stream.ended or timed_out or seg.chars + more > MAX_TEXT_CHARS
 
 
 class SpeechSocket:
@@ -287,9 +299,8 @@ class SpeechSocket:
     async def _push_words(self, text: str) -> None:
         """Feed a delta to the utterance under way, opening one (queued in order) when none is."""
         seg = self.open
-        feed = seg.stream.feed if seg is not None and seg.stream is not None else None
-        if seg is not None and feed is not None and (feed.closed or seg.chars + len(text) > MAX_TEXT_CHARS):
-            self._close_utterance()  # timed out, or as long as a request may be: a new one
+        if seg is not None and _full(seg, len(text)):
+            self._close_utterance()  # a new one
             seg = None
         if seg is None or seg.epoch != self.epoch:
             assert self.config is not None
