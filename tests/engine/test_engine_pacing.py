@@ -33,7 +33,8 @@ class FakeClock:
         self.step = step
 
     def __call__(self) -> float:
-        self.now += self.step
+        if self.step:  # a frozen clock never writes: a test may move it from its own thread
+            self.now += self.step
         return self.now
 
 
@@ -43,12 +44,15 @@ class Recorder:
 
     def __init__(self, model: Any) -> None:
         self.events: list[tuple[str, frozenset[int]]] = []
+        #: Each generator's frame limit, in the order they were built (a request's ``max_frames``).
+        self.limits: list[int] = []
         self._ids: dict[int, int] = {}
         inner_new, inner_step = model.new_generator, model.step_many
 
         def new_generator(*a: Any, **kw: Any) -> Any:
             gen = inner_new(*a, **kw)
             n = self._ids[id(gen)] = len(self._ids)
+            self.limits.append(a[2])
             inner_part = gen.prefill_part
 
             def prefill_part(limit: int | None) -> bool:
@@ -75,7 +79,7 @@ class Recorder:
 def engine_on(tiny_model_dir: Factory) -> Iterator[Callable[..., tuple[Engine, Recorder]]]:
     made: list[Engine] = []
 
-    def make(clock: FakeClock, horizon_ms: float = 300.0) -> tuple[Engine, Recorder]:
+    def make(clock: FakeClock, horizon_ms: float = 300.0, **settings: Any) -> tuple[Engine, Recorder]:
         config = EngineConfig(
             model=str(tiny_model_dir("custom_voice")),
             device="cpu",
@@ -84,6 +88,7 @@ def engine_on(tiny_model_dir: Factory) -> Iterator[Callable[..., tuple[Engine, R
             decode_thread="off",  # every chunk delivered on the scheduler thread: one order of events
             handoff_ms=0,
             slack_horizon_ms=horizon_ms,
+            **settings,
         )
         engine = Engine.load(config, clock=clock)
         made.append(engine)
@@ -144,12 +149,59 @@ def test_streams_without_slack_keep_their_frames(engine_on: Callable[..., tuple[
 def test_streams_without_a_listener_yield_however_far_behind(
     engine_on: Callable[..., tuple[Engine, Recorder]],
 ) -> None:
-    engine, rec = engine_on(FakeClock(step=1.0))
+    clock = FakeClock()
+    engine, rec = engine_on(clock)
     batch = _run_past(engine, 6, realtime=False)  # a prerender or queue job: no deadline
+    clock.now += 10.0  # far behind playback, but it has not skipped a round yet (MAX_SKIP_S)
     new = _new_first_chunk(engine)
     assert all(0 not in ids for kind, ids in rec.window(1) if kind == "step")
     batch.cancel()
     new.cancel()
+
+
+def test_a_stream_without_a_listener_steps_once_it_skipped_for_max_skip_s(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    engine, rec = engine_on(FakeClock(step=1.0))  # a second per reading: a round is 2+ s, past MAX_SKIP_S
+    batch = _run_past(engine, 6, realtime=False)
+    new = _new_first_chunk(engine)
+    steps = [ids for kind, ids in rec.window(1) if kind == "step"]
+    assert any(0 in ids for ids in steps)  # batch work progresses while a new request waits...
+    assert engine.stats()["skipped_rows"] > 0  # ...having skipped first
+    batch.cancel()
+    new.cancel()
+
+
+def test_a_live_caller_is_admitted_before_a_batch_backlog(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    engine, rec = engine_on(FakeClock(), max_active=1)
+    running = _run_past(engine, 1)  # holds the only slot: the others wait in the queue
+    waiting = [engine.synthesize(_request(NEW, n), realtime=False) for n in (6, 7)]
+    waiting.append(engine.synthesize(_request(NEW, 5), realtime=True))
+    for stream in waiting:
+        stream._start()  # queued now, in this order (next() would block until it is admitted)
+    running.cancel()
+    for stream in waiting:
+        assert sum(c.frames for c in stream) > 0
+    assert rec.limits == [4000, 5, 6, 7]  # the live caller first, then the batch jobs in order
+
+
+def test_batch_jobs_waiting_do_not_count_against_a_live_caller(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    # the frozen clock measures every round at 0 s: only the slots can refuse
+    engine, _ = engine_on(FakeClock(), max_active=1, admission_queue=1)
+    running = _run_past(engine, 1)
+    batch = engine.synthesize(_request(NEW, 4), realtime=False)
+    batch._start()
+    assert engine.over_capacity() is None  # a live caller would wait behind the running stream only
+    live = engine.synthesize(_request(NEW, 4), realtime=True)
+    live._start()
+    reason = engine.over_capacity()  # the next one would wait behind two: the running one and this
+    assert reason is not None and "VOXCAST_MAX_ACTIVE" in reason
+    for stream in (running, batch, live):
+        stream.cancel()
 
 
 def test_with_pacing_off_every_stream_steps_every_round(

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from voxcast.config import EngineConfig
-from voxcast.engine.pacing import MIN_SAMPLES, Room, RoundCosts, Row, over_capacity, rows_to_step
+from voxcast.engine.pacing import (
+    MAX_SKIP_S,
+    MIN_SAMPLES,
+    Room,
+    RoundCosts,
+    Row,
+    Waiting,
+    over_capacity,
+    rows_to_step,
+)
 
 NOW = 100.0
 HORIZON = 0.3
@@ -46,6 +55,24 @@ def test_streams_without_a_listener_yield_to_every_new_request() -> None:
     batch_old, batch_new = Row(False, NOW - 3.0), Row(False, None)
     got = rows_to_step([batch_old, batch_new, Row(True, None)], NOW, HORIZON, urgent=True)
     assert got == [False, False, True]
+
+
+def test_a_stream_without_a_listener_steps_once_it_skipped_for_max_skip_s() -> None:
+    new = Row(True, None)
+    fresh, short, starved = (Row(False, NOW - 1, NOW - s) for s in (0.0, MAX_SKIP_S / 2, MAX_SKIP_S))
+    got = rows_to_step([fresh, short, starved, new], NOW, HORIZON, urgent=True)
+    assert got == [False, False, True, True]
+    far_ahead = Row(True, NOW + 60.0, NOW - 10 * MAX_SKIP_S)  # a listener's slack bounds its skips
+    assert rows_to_step([far_ahead, new], NOW, HORIZON, urgent=True) == [False, True]
+
+
+def test_waiting_streams_are_taken_real_time_first_fifo_within_each() -> None:
+    waiting: Waiting[str] = Waiting()
+    for name, realtime in (("b1", False), ("r1", True), ("b2", False), ("r2", True)):
+        waiting.put(name, realtime)
+    assert (len(waiting), waiting.realtime) == (4, 2)
+    assert [waiting.take() for _ in range(5)] == ["r1", "r2", "b1", "b2", None]
+    assert (len(waiting), waiting.realtime) == (0, 0)
 
 
 def test_no_horizon_means_no_skipping() -> None:

@@ -47,6 +47,8 @@ class Active:
     #: When the audio delivered so far has finished playing for a listener who started at the first
     #: chunk (the scheduler's clock; None before the first chunk): its slack is ``play_end - now``.
     play_end: float | None = None
+    #: When the stream began skipping rounds for pacing (the scheduler's clock; None: it stepped last round).
+    skipping_since: float | None = None
     durations: list[float] = field(default_factory=list)
     codes: list[torch.Tensor] = field(default_factory=list)
     first: int = 1

@@ -131,7 +131,8 @@ class EngineConfig:
         slack_horizon_ms: while a real-time request waits for its first chunk, streams with more audio
             delivered ahead of playback than this skip rounds, so the new request's prefill and first
             frames run sooner; streams without a listener (prerender, batch jobs, responses returned
-            whole) skip too (``VOXCAST_SLACK_HORIZON_MS``, 300; 0 = every stream steps every round).
+            whole) skip too, for at most :data:`~voxcast.engine.pacing.MAX_SKIP_S` (2 s) in a row
+            (``VOXCAST_SLACK_HORIZON_MS``, 300; 0 = every stream steps every round).
             The horizon is never below twice the longest of the last 16 rounds, so a skipped stream
             keeps more audio in hand than a round costs (:mod:`voxcast.engine.pacing`).
         admission: refuse a real-time request (HTTP, WebSocket) that would not keep every stream

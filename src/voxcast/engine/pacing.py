@@ -9,7 +9,10 @@ frames are generated), streams whose slack exceeds the horizon skip rounds, and 
 frames still run together in one batched step: the new request's first chunk is not queued behind
 frames nobody needs yet (the slack scheduling of VoxServe, Kamahori et al. 2026). Streams
 without a listener (prerender, batch jobs, responses returned whole) have no deadline and yield to
-every new request. With nobody waiting for a first chunk every stream steps every round.
+every new request, but never for longer than :data:`MAX_SKIP_S` in a row, so batch work progresses
+however often new requests arrive. With nobody waiting for a first chunk every stream steps every round.
+Requests waiting for a slot are admitted real-time first (:class:`Waiting`): a backlog of batch jobs
+never delays a live caller.
 
 :class:`RoundCosts` measures a round's time (its batched step, a prefill part, first-chunk decodes)
 per batch size; :func:`over_capacity` tells the
@@ -24,8 +27,11 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-__all__ = ["Room", "RoundCosts", "Row", "over_capacity", "rows_to_step"]
+__all__ = ["MAX_SKIP_S", "Room", "RoundCosts", "Row", "Waiting", "over_capacity", "rows_to_step"]
+
+T = TypeVar("T")
 
 EWMA_WEIGHT = 0.25
 """Weight of a new round time in its batch size's moving average."""
@@ -36,6 +42,11 @@ MIN_SAMPLES = 3
 RECENT_ROUNDS = 16
 """Rounds whose longest one sizes the horizon's floor (:meth:`RoundCosts.recent_max_s`)."""
 
+MAX_SKIP_S = 2.0
+"""Longest a stream without a listener skips rounds in a row: then it takes a frame anyway (so it gets
+at least one frame every 2 s while new requests keep arriving; a real-time stream's skips are bounded
+by its slack instead)."""
+
 
 @dataclass(frozen=True)
 class Row:
@@ -45,10 +56,13 @@ class Row:
         realtime: someone listens as it plays (a streamed response); False: no deadline.
         play_end: when the audio delivered so far has finished playing (clock seconds), None before
             the first chunk.
+        skipping_since: when the stream began skipping rounds (clock seconds), None if it stepped
+            in the last round.
     """
 
     realtime: bool
     play_end: float | None
+    skipping_since: float | None = None
 
     def slack_s(self, now: float) -> float | None:
         """Audio delivered ahead of playback at ``now`` (negative: the listener waits), None before
@@ -56,7 +70,9 @@ class Row:
         return None if self.play_end is None else self.play_end - now
 
 
-def rows_to_step(rows: Sequence[Row], now: float, horizon_s: float, urgent: bool) -> list[bool]:
+def rows_to_step(
+    rows: Sequence[Row], now: float, horizon_s: float, urgent: bool, max_skip_s: float = MAX_SKIP_S
+) -> list[bool]:
     """Which of ``rows`` take a frame this round.
 
     Args:
@@ -64,18 +80,57 @@ def rows_to_step(rows: Sequence[Row], now: float, horizon_s: float, urgent: bool
         now: the scheduler clock.
         horizon_s: slack beyond which a real-time stream may skip a round (0: none skips).
         urgent: a real-time request waits for its first chunk (admitted or about to be).
+        max_skip_s: how long a row without a listener may skip rounds in a row.
 
     Returns:
         One flag per row. Not urgent (or no horizon): every row. Urgent: the real-time rows still
-        before their first chunk or with at most ``horizon_s`` of slack; the rest skip the round.
+        before their first chunk or with at most ``horizon_s`` of slack, and the rows without a
+        listener that have skipped for ``max_skip_s``; the rest skip the round.
     """
     if not urgent or horizon_s <= 0:
         return [True] * len(rows)
     out = []
     for row in rows:
-        slack = row.slack_s(now)
-        out.append(row.realtime and (slack is None or slack <= horizon_s))
+        if row.realtime:
+            slack = row.slack_s(now)
+            out.append(slack is None or slack <= horizon_s)
+        else:
+            out.append(row.skipping_since is not None and now - row.skipping_since >= max_skip_s)
     return out
+
+
+class Waiting(Generic[T]):
+    """Streams waiting for a slot, taken real-time first: every waiting real-time stream before any
+    without a listener, first come first served within each. Put from any thread, taken on the
+    scheduler's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: deque[T] = deque()
+        self._batch: deque[T] = deque()
+
+    def put(self, item: T, realtime: bool) -> None:
+        """Queue ``item`` (``realtime``: someone listens as it plays)."""
+        with self._lock:
+            (self._live if realtime else self._batch).append(item)
+
+    def take(self) -> T | None:
+        """The next stream to admit (None: none waits)."""
+        with self._lock:
+            for waiting in (self._live, self._batch):
+                if waiting:
+                    return waiting.popleft()
+            return None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._live) + len(self._batch)
+
+    @property
+    def realtime(self) -> int:
+        """Real-time streams waiting: the ones a new real-time stream would wait behind."""
+        with self._lock:
+            return len(self._live)
 
 
 class RoundCosts:
@@ -138,7 +193,8 @@ class Room:
 
     Attributes:
         held: admitted streams that hold a slot (generating or prefilling).
-        waiting: streams queued for a slot.
+        waiting: real-time streams queued for a slot (streams without a listener wait behind a new
+            real-time one, so they do not count).
         max_active: slots.
     """
 

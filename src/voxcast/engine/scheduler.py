@@ -18,7 +18,6 @@ and hands streams to :meth:`Scheduler.queue`.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.config import EngineConfig, max_frames_for_text
 from voxcast.engine.decode_stage import DecodeStage
 from voxcast.engine.model_info import ModelInfo
-from voxcast.engine.pacing import Room, RoundCosts, Row, rows_to_step
+from voxcast.engine.pacing import Room, RoundCosts, Row, Waiting, rows_to_step
 from voxcast.engine.stream import SynthesisStream
 from voxcast.errors import EngineUnavailable, InvalidRequest
 from voxcast.models.base import FrameGenerator, LookaheadDecoder, OpenPrompt, TTSModel
@@ -123,7 +122,8 @@ class Scheduler:
         self.keep_codes = False
         #: When a stream last did something (monotonic s): the engine's idle clock.
         self.last_active = time.monotonic()
-        self._pending: queue.SimpleQueue[SynthesisStream] = queue.SimpleQueue()
+        #: Streams waiting for a slot, taken real-time first (:class:`~voxcast.engine.pacing.Waiting`).
+        self._pending: Waiting[SynthesisStream] = Waiting()
         self._active: list[Active] = []
         self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
         self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
@@ -167,12 +167,13 @@ class Scheduler:
         self._wake.set()
 
     def queue(self, stream: SynthesisStream) -> None:
-        """Queue ``stream`` for admission (the caller wakes the scheduler)."""
-        self._pending.put(stream)
+        """Queue ``stream`` for admission (the caller wakes the scheduler): behind the waiting
+        real-time streams, and ahead of those without a listener if it is real-time."""
+        self._pending.put(stream, stream.realtime)
 
     def queued(self) -> bool:
         """Whether streams wait for admission."""
-        return not self._pending.empty()
+        return len(self._pending) > 0
 
     def holding(self) -> bool:
         """Whether admitted streams are in flight (generating, prefilling or waiting for text)."""
@@ -205,7 +206,7 @@ class Scheduler:
                     self._prefill_part()
                     rows = self._advance_all()
                     self._measure(rows, self.clock() - t0)
-                    if not self._runnable() and self._pending.empty():
+                    if not self._runnable() and not self._pending:
                         self._wake.wait(_IDLE_WAIT_S)
         except BaseException:  # the thread must not die silently
             log.exception("engine scheduler crashed")
@@ -217,11 +218,8 @@ class Scheduler:
                 act.fail(err)
             for opening in self._opening:
                 opening.stream._fail(err)
-            while True:
-                try:
-                    self._pending.get_nowait()._fail(err)
-                except queue.Empty:
-                    break
+            while (waiting := self._pending.take()) is not None:
+                waiting._fail(err)
             self._decode.stop()  # streams that already ended generating still get their last chunks
 
     def _admit(self) -> None:
@@ -237,9 +235,8 @@ class Scheduler:
         while len(self._active) + len(self._prefilling) < self.config.max_active:
             busy = bool(self._active or self._prefilling)
             playing = busy and not (self.config.burst_admit and self._nobody_playing())
-            try:
-                stream = self._pending.get_nowait()
-            except queue.Empty:
+            stream = self._pending.take()
+            if stream is None:
                 return
             if stream.cancelled:
                 self._finish_cancelled(stream)
@@ -264,7 +261,8 @@ class Scheduler:
 
     def room(self) -> Room:
         """Slots held and streams waiting for one (a snapshot read off the scheduler thread)."""
-        return Room(len(self._active) + len(self._prefilling), self._pending.qsize(), self.config.max_active)
+        held = len(self._active) + len(self._prefilling)
+        return Room(held, self._pending.realtime, self.config.max_active)
 
     def _urgent(self) -> bool:
         """Whether a real-time request waits for its first chunk: prefilling, generating its first
@@ -274,9 +272,7 @@ class Scheduler:
         for act in self._active:
             if act.stream.realtime and act.play_end is None and not act.waiting_text:
                 return True
-        return (
-            not self._pending.empty() and len(self._active) + len(self._prefilling) < self.config.max_active
-        )
+        return bool(self._pending) and len(self._active) + len(self._prefilling) < self.config.max_active
 
     def _horizon_s(self) -> float:
         """The slack beyond which a stream may skip a round: the setting, but at least twice the
@@ -285,12 +281,21 @@ class Scheduler:
         return max(horizon, 2 * self.costs.recent_max_s()) if horizon > 0 else 0.0
 
     def _paced(self, acts: list[Active]) -> list[Active]:
-        """The rows of ``acts`` that take a frame this round (:func:`~voxcast.engine.pacing.rows_to_step`)."""
-        if len(acts) < 2 and not self._prefilling and self._pending.empty():
+        """The rows of ``acts`` that take a frame this round (:func:`~voxcast.engine.pacing.rows_to_step`);
+        each row's ``skipping_since`` is set when it starts skipping and cleared when it steps."""
+        if len(acts) < 2 and not self._prefilling and not self._pending:
+            for act in acts:
+                act.skipping_since = None
             return acts  # nobody else to make room for
-        rows = [Row(act.stream.realtime, act.play_end) for act in acts]
-        steps = rows_to_step(rows, self.clock(), self._horizon_s(), self._urgent())
+        now = self.clock()
+        rows = [Row(act.stream.realtime, act.play_end, act.skipping_since) for act in acts]
+        steps = rows_to_step(rows, now, self._horizon_s(), self._urgent())
         self.skipped_rows += len(acts) - sum(steps)
+        for act, step in zip(acts, steps, strict=True):
+            if step:
+                act.skipping_since = None
+            elif act.skipping_since is None:
+                act.skipping_since = now
         return [act for act, step in zip(acts, steps, strict=True) if step]
 
     def _measure(self, rows: int, seconds: float) -> None:
@@ -736,7 +741,7 @@ class Scheduler:
         return {
             "active": len(self._active),
             "prefilling": len(self._prefilling),
-            "waiting": self._pending.qsize(),
+            "waiting": len(self._pending),
             "waiting_text": len(self._opening) + sum(1 for a in self._active if a.waiting_text),
             "steps": self.steps,
             "step_rows": self.step_rows,
