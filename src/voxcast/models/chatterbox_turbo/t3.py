@@ -10,8 +10,9 @@ voice (:meth:`T3.prefix`) and every request continues from a copy. Module names 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -21,12 +22,23 @@ from voxcast.models.chatterbox_turbo.gpt2 import GPT2, KVCache
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling, sample
 from voxcast.models.chatterbox_turbo.state import check_state, read_state
 
-if TYPE_CHECKING:
-    from voxcast.models.chatterbox_turbo.t3_static import StaticT3
-
-__all__ = ["T3", "T3_FILE", "TokenStream", "load_t3", "next_many"]
+__all__ = ["T3", "T3_FILE", "SlotDecoder", "TokenStream", "load_t3", "next_many"]
 
 log = logging.getLogger(__name__)
+
+
+class SlotDecoder(Protocol):
+    """What a :class:`TokenStream` asks of the static decoder holding its slot
+    (:class:`~.t3_static.StaticT3`; a protocol here so that this module does not import it)."""
+
+    def step(self, streams: Sequence[TokenStream]) -> list[int | None]:
+        """The next token of each admitted stream, one batched step."""
+        ...
+
+    def release(self, stream: TokenStream) -> None:
+        """Give ``stream``'s slot back."""
+        ...
+
 
 T3_FILE = "t3_turbo_v1.safetensors"
 #: Tensors of the official state that inference never reads (GPT-2's token embedding, which upstream
@@ -125,7 +137,7 @@ class TokenStream:
         #: the :class:`~.t3_static.StaticT3` slot holding its cache once it decodes there
         self.slot: int | None = None
         self.slot_ticket: object = None
-        self.static: StaticT3 | None = None
+        self.static: SlotDecoder | None = None
 
     @property
     def steady(self) -> bool:
