@@ -4,26 +4,15 @@ CPU path draws the same tokens), and the warm-up built the step."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
-from voxcast.testing.chatterbox_turbo import make_t3
 
 TEXTS = ("Hello there, how are you today?", "A second voice [laugh] speaks now.", "And a third one.")
-
-
-@pytest.fixture(scope="module")
-def nostop_dir(turbo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("turbo-nostop") / "m"
-    shutil.copytree(turbo_model_dir, out)
-    make_t3(out, size="tiny", seed=0, stop_bias=-20.0)
-    return out
 
 
 def _concurrent(engine: Engine) -> list[np.ndarray]:
@@ -41,11 +30,11 @@ def _concurrent(engine: Engine) -> list[np.ndarray]:
     return out
 
 
-def test_static_decode_streams_equal_the_eager_engine(nostop_dir: Path) -> None:
+def test_static_decode_streams_equal_the_eager_engine(turbo_nostop_dir: Path) -> None:
     runs = {}
     for static in (False, True):
         config = EngineConfig(
-            model=str(nostop_dir), device="cpu", max_active=4, settings={"turbo_static_decode": static}
+            model=str(turbo_nostop_dir), device="cpu", max_active=4, settings={"turbo_static_decode": static}
         )
         engine = Engine.load(config)
         try:

@@ -5,7 +5,6 @@ streams through it. The CUDA graph replay is checked against the eager static st
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,22 +15,13 @@ from voxcast.models.chatterbox_turbo.model import ChatterboxTurbo
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.t3 import TokenStream
 from voxcast.models.chatterbox_turbo.t3_static import StaticT3, buckets
-from voxcast.testing.chatterbox_turbo import make_t3
 
 TEXTS = ("Hello there, this is a test.", "A second, longer sentence [laugh] with tags.", "Third.")
 
 
 @pytest.fixture(scope="module")
-def nostop_dir(turbo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("turbo-nostop") / "m"
-    shutil.copytree(turbo_model_dir, out)
-    make_t3(out, size="tiny", seed=0, stop_bias=-20.0)
-    return out
-
-
-@pytest.fixture(scope="module")
-def model(nostop_dir: Path) -> ChatterboxTurbo:
-    return ChatterboxTurbo.from_pretrained(nostop_dir, LoadOptions())
+def model(turbo_nostop_dir: Path) -> ChatterboxTurbo:
+    return ChatterboxTurbo.from_pretrained(turbo_nostop_dir, LoadOptions())
 
 
 def _stream(model: ChatterboxTurbo, text: str, sampling: TurboSampling, seed: int, n: int) -> TokenStream:
@@ -97,9 +87,9 @@ def test_slots_run_out_and_come_back(model: ChatterboxTurbo) -> None:
     assert buckets(6) == (1, 2, 4, 6) and buckets(1) == (1,)
 
 
-def test_the_model_routes_steady_streams_through_it(nostop_dir: Path) -> None:
+def test_the_model_routes_steady_streams_through_it(turbo_nostop_dir: Path) -> None:
     opts = LoadOptions(settings=(("turbo_static_decode", True),))
-    model = ChatterboxTurbo.from_pretrained(nostop_dir, opts)
+    model = ChatterboxTurbo.from_pretrained(turbo_nostop_dir, opts)
     model.prepare_batches(3)
     assert model.static is not None and model.runtime_report()["t3_static_decode"]
     params = SamplingParams(seed=4)
@@ -114,8 +104,8 @@ def test_the_model_routes_steady_streams_through_it(nostop_dir: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay_equals_the_eager_static_step(nostop_dir: Path) -> None:
-    model = ChatterboxTurbo.from_pretrained(nostop_dir, LoadOptions(device="cuda"))
+def test_cuda_graph_replay_equals_the_eager_static_step(turbo_nostop_dir: Path) -> None:
+    model = ChatterboxTurbo.from_pretrained(turbo_nostop_dir, LoadOptions(device="cuda"))
     eager = StaticT3(model.t3, slots=3, length=512)
     graphs = StaticT3(model.t3, slots=3, length=512, graphs=True)
     graphs.capture()
