@@ -79,11 +79,11 @@ class DocWorld:
         self._worker: Any = None
 
     def substitute(self, text: str) -> str:
+        # what examples write under /tmp stays in the test's folder (before the model paths go in:
+        # a checkout under /tmp puts " /tmp/" in them too)
+        text = text.replace(" /tmp/", f" {self.work}/")
         for hub_id, kind in HUB_IDS.items():
             text = text.replace(hub_id, str(self.models[kind]))
-        text = text.replace(
-            " /tmp/", f" {self.work}/"
-        )  # what examples write there stays in the test's folder
         if self._port:
             text = text.replace("127.0.0.1:8000", f"127.0.0.1:{self._port}")
             text = text.replace("localhost:8000", f"127.0.0.1:{self._port}")
