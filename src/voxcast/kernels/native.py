@@ -1,6 +1,6 @@
 """voxcast's own int8 Linear for decode rows (C++): built on first use, then loaded from a cache.
 
-PyTorch's int8 Linear (fbgemm, :mod:`voxcast.models.qwen3_tts.accel.quant`) quantizes the activations per call and runs a GEMM
+PyTorch's int8 Linear (fbgemm, :mod:`voxcast.kernels.int8_linear`) quantizes the activations per call and runs a GEMM
 kernel; for the one or two rows of a decode step it reads weights well below memory bandwidth
 (measured on an AMD Zen 3, 2 cores, 40 decode-sized matrices from DRAM: 13-18 GB/s, where a plain
 read runs at 23). This kernel (``int8_kernel.cpp``) streams a packed weight layout and comes in two

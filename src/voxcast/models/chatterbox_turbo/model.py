@@ -46,6 +46,7 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.state import read_state
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
+from voxcast.models.chatterbox_turbo.t3_quant import quantize_t3
 from voxcast.models.chatterbox_turbo.t3_static import StaticT3
 from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
 from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
@@ -121,6 +122,7 @@ class ChatterboxTurbo:
         stream_settings: StreamSettings | None = None,
         prefix_cache: bool = True,
         static_decode: bool = False,
+        quant: dict[str, object] | None = None,
     ) -> None:
         self.t3, self.flow, self.hift, self.ve = t3, flow, hift, ve
         self.campplus, self.s3_tokenizer, self.tokenizer = campplus, s3_tokenizer, tokenizer
@@ -132,6 +134,8 @@ class ChatterboxTurbo:
         self.stream_settings = stream_settings or StreamSettings()
         self.prefix_cache_enabled = prefix_cache
         self.static_decode = static_decode
+        #: T3's int8 weights (:func:`.t3_quant.quantize_t3`'s report), None with float weights
+        self.quant = quant
         #: T3's fixed-shape decode step (:mod:`.t3_static`), made by :meth:`prepare_batches`
         self.static: StaticT3 | None = None
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
@@ -154,10 +158,14 @@ class ChatterboxTurbo:
         t0 = time.perf_counter()
         opts = options or LoadOptions()
         folder = Path(root)
-        if opts.quant != "none":
-            raise CheckpointError(f"Chatterbox Turbo has no {opts.quant} mode yet (VOXCAST_QUANT=none)")
         device = torch.device(opts.device)
-        t3 = load_t3(folder, device=device, dtype=opts.dtype)
+        if opts.quant not in ("none", "int8"):
+            raise CheckpointError(f"Chatterbox Turbo has no {opts.quant} mode (VOXCAST_QUANT=none or int8)")
+        if opts.quant == "int8" and device.type != "cpu":
+            raise CheckpointError("int8 weights (VOXCAST_QUANT=int8) are for the CPU; on a GPU use none")
+        # int8 T3 computes in float32 (fbgemm's activations); S3Gen keeps the dtype asked for
+        t3 = load_t3(folder, device=device, dtype=torch.float32 if opts.quant == "int8" else opts.dtype)
+        quant = quantize_t3(t3) if opts.quant == "int8" else None
         s3gen = read_state(folder / S3GEN_FILE)
         flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
         # HiFT stays float32 whatever the codec dtype: its source (phase sums, STFT) and iSTFT need it
@@ -175,7 +183,7 @@ class ChatterboxTurbo:
             t3=t3, flow=flow, hift=hift, ve=ve, campplus=campplus, s3_tokenizer=s3_tokenizer,
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
             prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_options(opts),
-            static_decode=bool(opts.setting("turbo_static_decode") or False),
+            static_decode=bool(opts.setting("turbo_static_decode") or False), quant=quant,
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
@@ -295,14 +303,20 @@ class ChatterboxTurbo:
 
     def render_settings(self) -> dict[str, object]:
         """What changes the audio besides the checkpoint's weights (the engine adds it to the audio
-        cache key): the stream settings and the built-in voice's content."""
-        return {"turbo_stream": self.stream_settings.as_dict(), "builtin_voice": self._builtin_sha}
+        cache key): the stream settings, the built-in voice's content and T3's int8 weights."""
+        settings: dict[str, object] = {
+            "turbo_stream": self.stream_settings.as_dict(), "builtin_voice": self._builtin_sha
+        }  # fmt: skip
+        if self.quant is not None:  # int8 T3 draws other tokens (float weights keep their keys)
+            settings["t3_quant"] = "int8"
+        return settings
 
     def runtime_report(self) -> dict[str, object]:
         return {
             "device": str(self.device),
             "family": "chatterbox_turbo",
             "stream": self.stream_settings.as_dict(),
+            "t3_quant": self.quant,
             "t3_static_decode": None if self.static is None else {
                 "slots": self.static.slots, "length": self.static.length, "graphs": self.static.graphs,
                 "buckets": list(self.static.buckets),

@@ -186,7 +186,7 @@ class Qwen3TTS:
                 (bitwise the same values, one block per thread; 1 = plain ``F.linear``), or, with
                 None, as many blocks as intra-op threads where that measures faster at load
                 (:func:`voxcast.kernels.rows_linear.split_rows_faster`).
-            int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`voxcast.models.qwen3_tts.accel.quant.KERNEL_ROWS`)
+            int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`voxcast.kernels.int8_linear.KERNEL_ROWS`)
                 on voxcast's kernel (True, where it builds), on fbgemm (False), or whichever
                 measures faster at load (None; :mod:`voxcast.kernels.native`).
             int8_variant: the kernel's variant (:data:`voxcast.kernels.native.VARIANTS`; default: the fastest

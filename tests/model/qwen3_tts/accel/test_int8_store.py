@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from voxcast.engine.request import SamplingParams
+from voxcast.kernels.int8_linear import Int8Linear
 from voxcast.models.qwen3_tts.accel import int8_store
-from voxcast.models.qwen3_tts.accel.quant import Int8Linear
 from voxcast.models.qwen3_tts.checkpoint import _read_tensors, locate_checkpoint
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 

@@ -1,6 +1,6 @@
 """voxcast's int8 decode kernel (:mod:`voxcast.kernels.native`): built here with the
 machine's compiler, then checked against float64 arithmetic, for row independence, against bad
-inputs, as routed by :class:`.quant.Int8Linear`, inside a model (eager and recorded steps), and for
+inputs, as routed by :class:`voxcast.kernels.int8_linear.Int8Linear`, inside a model (eager and recorded steps), and for
 its fallback to fbgemm where it cannot be built."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels import native as int8_kernel
-from voxcast.models.qwen3_tts.accel.quant import KERNEL_ROWS, Int8Linear, _int8
+from voxcast.kernels.int8_linear import KERNEL_ROWS, Int8Linear
+from voxcast.models.qwen3_tts.accel.quant import _int8
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
 pytestmark = pytest.mark.skipif(not int8_kernel.load(), reason="the int8 kernel cannot be built here")
@@ -143,7 +144,7 @@ def test_bad_inputs_are_refused(variant: str) -> None:
 def test_int8_linear_routes_few_rows_to_the_kernel(variant: str) -> None:
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 40)
-    m = Int8Linear(_int8(lin))
+    m = _int8(lin)
     assert m.pack_kernel(variant)
     assert m.packed is not None and m.scale is not None and m.variant == variant
     few, many = torch.randn(KERNEL_ROWS, 1, 64), torch.randn(KERNEL_ROWS + 1, 1, 64)

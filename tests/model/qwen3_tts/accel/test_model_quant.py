@@ -13,7 +13,7 @@ import torch
 
 from voxcast.config import EngineConfig
 from voxcast.engine.request import SamplingParams
-from voxcast.models.qwen3_tts.accel.quant import Int8Linear
+from voxcast.kernels.int8_linear import Int8Linear
 from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -89,7 +89,7 @@ def test_config_field() -> None:
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_int8_linear_equals_quantize_dynamic(bias: bool) -> None:
-    """quant._int8 builds what torch's quantize_dynamic builds (same int8 weights, scales, outputs)."""
+    """quant._int8 builds (in its fbgemm Linear) what torch's quantize_dynamic builds (same int8 weights, scales, outputs)."""
     import warnings
 
     from torch import nn
@@ -107,7 +107,7 @@ def test_int8_linear_equals_quantize_dynamic(bias: bool) -> None:
         warnings.simplefilter("ignore")
         spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
         ref = torch.ao.quantization.quantize_dynamic(nn.Sequential(fused), spec, dtype=torch.qint8)[0]
-    ours = _int8(*parts)
+    ours = _int8(*parts).q
     (w_ref, b_ref), (w_ours, b_ours) = ref._weight_bias(), ours._weight_bias()
     assert torch.equal(w_ref.int_repr(), w_ours.int_repr())
     assert torch.equal(w_ref.q_per_channel_scales(), w_ours.q_per_channel_scales())

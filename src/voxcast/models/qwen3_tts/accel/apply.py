@@ -185,7 +185,8 @@ def _timing_weight(talker: Talker) -> torch.Tensor:
 def _choose_int8_kernel(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
     """int8 decode rows on voxcast's kernel: forced, or where it builds and measures faster."""
     from voxcast.kernels import native
-    from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster, use_int8_kernel
+    from voxcast.kernels.int8_linear import use_int8_kernel
+    from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster
 
     if cfg.int8_kernel is False or not native.load():
         return

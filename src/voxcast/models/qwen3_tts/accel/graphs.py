@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from voxcast.kernels.int8_linear import Int8Linear
 from voxcast.kernels.rows_linear import set_flags
-from voxcast.models.qwen3_tts.accel.quant import Int8Linear
 
 if TYPE_CHECKING:
     from voxcast.models.qwen3_tts.kv_cache import KVCache
