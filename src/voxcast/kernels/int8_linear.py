@@ -32,7 +32,9 @@ __all__ = [
     "Int8Linear",
     "dynamic_linear",
     "kernel_faster",
+    "layouts_to_store",
     "quantize_weight",
+    "stored_tensors",
     "use_int8_kernel",
 ]
 
@@ -97,6 +99,25 @@ class Int8Linear(nn.Module):
         """The int8 Linear of a float ``weight [out, in]`` and ``bias``."""
         return cls(quantize_weight(weight, bias))
 
+    @classmethod
+    def from_stored(cls, tensors: dict[str, Tensor], name: str) -> Int8Linear:
+        """The int8 Linear that ``name``'s stored int8 weights, scales, bias and kernel layouts give
+        (:mod:`.int8_store`): bitwise the one quantization built."""
+        int8, scale, bias = tensors[f"{name}.int8"], tensors[f"{name}.scale"], tensors.get(f"{name}.bias")
+        zero = torch.zeros(scale.shape[0], dtype=torch.int64)
+        with warnings.catch_warnings():  # quantized tensor creation announces its deprecation
+            warnings.simplefilter("ignore")
+            qweight = torch._make_per_channel_quantized_tensor(int8, scale, zero, 0)
+        prefix = f"{name}.packed."
+        layouts = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        linear = cls(dynamic_linear(qweight, bias), layouts=layouts)
+        # what pack_kernel needs besides a layout, so that it need not unpack fbgemm's weights again
+        linear._kernel_args = (
+            scale.float().contiguous(),
+            None if bias is None else bias.float().contiguous(),
+        )
+        return linear
+
     def pack_kernel(self, variant: str | None = None) -> bool:
         """Prepare the kernel's copy of the weights for a variant (default: this CPU's fastest); False
         where its shape or scheme does not fit."""
@@ -144,6 +165,20 @@ class Int8Linear(nn.Module):
             assert self.scale is not None
             return int8_kernel.linear(x, self.packed, self.scale, self.bias, self.variant)
         return self.q(x)
+
+
+def layouts_to_store(module: nn.Module) -> bool:
+    """Whether some :class:`Int8Linear` of ``module`` runs on a kernel layout the store lacks."""
+    return any(isinstance(m, Int8Linear) and not m.layout_stored for m in module.modules())
+
+
+def stored_tensors(module: nn.Module) -> dict[str, Tensor]:
+    """Every :class:`Int8Linear` of ``module`` as the int8 store keeps it, by module name."""
+    out: dict[str, Tensor] = {}
+    for name, m in module.named_modules():
+        if isinstance(m, Int8Linear):
+            out.update(m.stored_tensors(name))
+    return out
 
 
 def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> int:

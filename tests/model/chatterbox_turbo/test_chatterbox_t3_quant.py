@@ -131,3 +131,46 @@ def test_int8_renders_are_keyed_apart(model: ChatterboxTurbo, int8_model: Chatte
     assert int8_model.render_settings()["t3_quant"] == "int8"
     report = int8_model.runtime_report()["t3_quant"]
     assert isinstance(report, dict) and report["linears"] == 4 * int8_model.t3.cfg.layers
+
+
+def test_int8_store_is_written_then_read_bitwise(
+    turbo_nostop_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first int8 load quantizes and stores; the next reads the same int8 weights and scales."""
+    from voxcast.kernels import int8_store
+
+    monkeypatch.setenv(int8_store.INT8_CACHE_ENV, str(tmp_path / "int8"))
+    first = ChatterboxTurbo.from_pretrained(turbo_nostop_dir, LoadOptions(quant="int8"))
+    assert first.quant is not None and first.quant["store"] == "written"
+    assert len(list((tmp_path / "int8").glob("int8-*.safetensors"))) == 1
+    second = ChatterboxTurbo.from_pretrained(turbo_nostop_dir, LoadOptions(quant="int8"))
+    assert second.quant is not None and second.quant["store"] in (
+        "read",
+        "written",
+    )  # written: a new kernel layout
+    pairs = [
+        (a, b)
+        for a, b in zip(first.t3.modules(), second.t3.modules(), strict=True)
+        if isinstance(a, Int8Linear) and isinstance(b, Int8Linear)
+    ]
+    assert len(pairs) == 4 * first.t3.cfg.layers
+    for a, b in pairs:
+        (wa, ba), (wb, bb) = a.q._weight_bias(), b.q._weight_bias()
+        assert torch.equal(wa.int_repr(), wb.int_repr())
+        assert torch.equal(wa.q_per_channel_scales(), wb.q_per_channel_scales())
+        assert ba is not None and bb is not None and torch.equal(ba, bb)
+
+
+def test_int8_store_of_one_checkpoint_is_not_read_for_another(
+    turbo_nostop_dir: Path, turbo_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop-bias-free copy differs from the tiny checkpoint in one bias only: its own identity,
+    its own store file."""
+    from voxcast.kernels import int8_store
+
+    monkeypatch.setenv(int8_store.INT8_CACHE_ENV, str(tmp_path / "int8"))
+    a = ChatterboxTurbo.from_pretrained(turbo_nostop_dir, LoadOptions(quant="int8"))
+    b = ChatterboxTurbo.from_pretrained(turbo_model_dir, LoadOptions(quant="int8"))
+    assert a.identity != b.identity
+    assert a.quant is not None and b.quant is not None and b.quant["store"] == "written"
+    assert len(list((tmp_path / "int8").glob("int8-*.safetensors"))) == 2

@@ -297,3 +297,24 @@ def test_prefill_in_parts_gives_the_same_tokens(model: ChatterboxTurbo, voice: T
     while (t := model.step_many([gen])[0]) is not None:
         got.append(int(t))
     assert got == whole  # equal up to float rounding: the same tokens here
+
+
+def test_a_tuned_copy_with_the_same_sizes_has_its_own_identity(turbo_model_dir: Path, tmp_path: Path) -> None:
+    """A fine-tuned T3 keeps the tokenizer and the byte counts: the identity (audio cache keys, the
+    int8 store) must still tell it from the model it was tuned from."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from voxcast.models.chatterbox_turbo.model import _identity
+
+    tuned = Path(shutil.copytree(turbo_model_dir, tmp_path / "tuned"))
+    t3 = tuned / "t3_turbo_v1.safetensors"
+    state = load_file(str(t3))
+    with safe_open(str(t3), framework="pt") as f:
+        metadata = f.metadata()
+    for name in [k for k in state if k.startswith("tfmr.h.") and k.endswith("weight")]:
+        state[name] = state[name] * 1.01  # what a fine-tune changes: every block's matrices
+    size = t3.stat().st_size
+    save_file(state, str(t3), metadata=metadata)
+    assert t3.stat().st_size == size
+    assert _identity(tuned) != _identity(turbo_model_dir)

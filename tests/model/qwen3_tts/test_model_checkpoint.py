@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from voxcast.errors import CheckpointError
@@ -158,3 +159,32 @@ def test_bfloat16_weights(tiny_model_dir: Any) -> None:
     m = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")), dtype=torch.bfloat16)
     assert {p.dtype for p in m.net.parameters()} == {torch.bfloat16}
     assert m.talker.inv_freq.dtype == torch.float32  # RoPE tables stay float32
+
+
+def test_a_tuned_copy_with_the_same_config_and_sizes_has_its_own_identity(
+    tiny_model_dir: Any, tmp_path: Path
+) -> None:
+    """A fine-tune keeps the config and the byte counts: the identity (audio cache keys, int8 store)
+    must still tell it from the model it was tuned from."""
+    from voxcast.models.qwen3_tts.checkpoint import checkpoint_identity
+    from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
+
+    def identity(root: Path) -> str:
+        files = locate_checkpoint(root)
+        return checkpoint_identity(files, Qwen3TTSConfig.from_file(files.config))
+
+    src = tiny_model_dir("custom_voice")
+    tuned = _copy(src, tmp_path / "tuned")
+    weights = tuned / "model.safetensors"
+    state = load_file(str(weights))
+    with safe_open(str(weights), framework="pt") as f:
+        metadata = f.metadata()
+    tuned_layers = [k for k in state if ".layers." in k and k.endswith("proj.weight")]
+    assert tuned_layers
+    for name in tuned_layers:  # what a fine-tune (or a merged LoRA) changes: the layers' matrices
+        state[name] = state[name] * 1.01
+    size = weights.stat().st_size
+    save_file(state, str(weights), metadata=metadata)
+    assert weights.stat().st_size == size  # same layout, other values
+    assert identity(tuned) != identity(src)
+    assert identity(_copy(src, tmp_path / "plain")) == identity(src)

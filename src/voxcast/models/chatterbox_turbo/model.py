@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from voxcast.errors import CheckpointError, InvalidRequest
+from voxcast.kernels import int8_store
+from voxcast.kernels.int8_linear import layouts_to_store, stored_tensors
 from voxcast.models.base import LoadOptions, SamplingParams, WarmupCase
 from voxcast.models.chatterbox_turbo.campplus import CAMPPlus
 from voxcast.models.chatterbox_turbo.frames import MAX_TOKENS, TurboFrames, TurboPrompt, step_many
@@ -46,11 +48,12 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
 from voxcast.models.chatterbox_turbo.state import read_state
 from voxcast.models.chatterbox_turbo.t3 import T3, T3_FILE, load_t3
-from voxcast.models.chatterbox_turbo.t3_quant import quantize_t3
+from voxcast.models.chatterbox_turbo.t3_quant import quantize_t3, store_identity
 from voxcast.models.chatterbox_turbo.t3_static import StaticT3
 from voxcast.models.chatterbox_turbo.text import TurboTokenizer, punc_norm
 from voxcast.models.chatterbox_turbo.voice import TurboVoice, build_voice
 from voxcast.models.chatterbox_turbo.voice_encoder import VE_FILE, VoiceEncoder
+from voxcast.models.fingerprint import weights_fingerprint
 
 __all__ = ["S3GEN_FILE", "ChatterboxTurbo"]
 
@@ -69,14 +72,28 @@ SPEECH_VOCAB = 6561
 
 
 def _identity(root: Path) -> str:
-    """Stable name of the checkpoint's content: hash of the tokenizer files and the weights' sizes."""
+    """Stable name of the checkpoint's content: hash of the tokenizer files, the weights' sizes and a
+    sample of their bytes (:func:`voxcast.models.fingerprint.weights_fingerprint`: a fine-tune of the
+    same sizes gets its own)."""
     h = hashlib.sha256()
     for name in ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"):
         if (root / name).is_file():
             h.update((root / name).read_bytes())
-    sizes = [(root / f).stat().st_size for f in (T3_FILE, S3GEN_FILE, VE_FILE)]
-    h.update(repr(sizes).encode())
-    return f"chatterbox-turbo:{h.hexdigest()[:16]}:{sum(sizes)}"
+    files = [root / f for f in (T3_FILE, S3GEN_FILE, VE_FILE)]
+    h.update(weights_fingerprint(files).encode())
+    return f"chatterbox-turbo:{h.hexdigest()[:16]}:{sum(f.stat().st_size for f in files)}"
+
+
+def _quantize(t3: T3, identity: str) -> dict[str, object]:
+    """T3's block projections as int8 (:func:`.t3_quant.quantize_t3`), read from the int8 store where
+    an earlier start left them, else quantized and stored for the next start."""
+    key = store_identity(identity)
+    stored = int8_store.load(key)
+    report = quantize_t3(t3, stored=stored.tensors if stored is not None else None)
+    report["store"] = "read" if stored is not None else None
+    if (stored is None or layouts_to_store(t3)) and int8_store.save(key, stored_tensors(t3), []):
+        report["store"] = "written"
+    return report
 
 
 def turbo_sampling(params: SamplingParams) -> TurboSampling:
@@ -165,7 +182,8 @@ class ChatterboxTurbo:
             raise CheckpointError("int8 weights (VOXCAST_QUANT=int8) are for the CPU; on a GPU use none")
         # int8 T3 computes in float32 (fbgemm's activations); S3Gen keeps the dtype asked for
         t3 = load_t3(folder, device=device, dtype=torch.float32 if opts.quant == "int8" else opts.dtype)
-        quant = quantize_t3(t3) if opts.quant == "int8" else None
+        identity = _identity(folder)
+        quant = _quantize(t3, identity) if opts.quant == "int8" else None
         s3gen = read_state(folder / S3GEN_FILE)
         flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
         # HiFT stays float32 whatever the codec dtype: its source (phase sums, STFT) and iSTFT need it
@@ -175,7 +193,6 @@ class ChatterboxTurbo:
         del s3gen
         ve = VoiceEncoder.from_tensors(read_state(folder / VE_FILE)).to(device)
         tokenizer = TurboTokenizer.from_dir(folder)
-        identity = _identity(folder)
         builtin = None
         if (folder / CONDS_FILE).is_file():
             builtin = TurboVoice.from_conds(folder / CONDS_FILE, name=DEFAULT_VOICE)

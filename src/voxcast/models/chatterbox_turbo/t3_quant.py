@@ -19,26 +19,33 @@ import logging
 import time
 from typing import cast
 
+from torch import Tensor
+
 from voxcast.kernels import native
 from voxcast.kernels.int8_linear import Int8Linear, kernel_faster, use_int8_kernel
 from voxcast.models.chatterbox_turbo.gpt2 import Block, Conv1D
 from voxcast.models.chatterbox_turbo.t3 import T3
 
-__all__ = ["quantize_t3"]
+__all__ = ["quantize_t3", "store_identity"]
 
 log = logging.getLogger(__name__)
 
 
-def _int8(conv: Conv1D) -> Int8Linear:
-    return Int8Linear.of(conv.weight.t(), conv.bias)
+def store_identity(identity: str) -> str:
+    """The int8 store's key for a Turbo checkpoint's T3 (:mod:`voxcast.kernels.int8_store`)."""
+    return f"chatterbox_turbo.t3:{identity}"
 
 
-def quantize_t3(t3: T3, kernel: bool | None = None) -> dict[str, object]:
+def quantize_t3(
+    t3: T3, kernel: bool | None = None, stored: dict[str, Tensor] | None = None
+) -> dict[str, object]:
     """Replace T3's block projections with int8 Linears, in place (CPU only).
 
     Args:
         kernel: decode rows on voxcast's kernel: True (where it builds), False (fbgemm only), None
             (where it builds and measures faster than fbgemm on this CPU).
+        stored: the int8 store's tensors for this checkpoint (:mod:`voxcast.kernels.int8_store`):
+            the Linears are read from them, bitwise what quantizing gives, without quantizing.
 
     Returns:
         What was done, for the runtime report: ``linears``, ``seconds``, ``kernel`` (used or not),
@@ -52,17 +59,23 @@ def quantize_t3(t3: T3, kernel: bool | None = None) -> dict[str, object]:
     t0 = time.perf_counter()
     n = 0
     blocks = [cast(Block, b) for b in t3.tfmr.h]
-    for block in blocks:
-        for parent, name in (
-            (block.attn, "c_attn"),
-            (block.attn, "c_proj"),
-            (block.mlp, "c_fc"),
-            (block.mlp, "c_proj"),
+    for i, block in enumerate(blocks):
+        for parent, path in (
+            (block.attn, "attn.c_attn"),
+            (block.attn, "attn.c_proj"),
+            (block.mlp, "mlp.c_fc"),
+            (block.mlp, "mlp.c_proj"),
         ):
-            conv = getattr(parent, name)
-            if isinstance(conv, Conv1D):
-                setattr(parent, name, _int8(conv))  # the float original is dropped with it
-                n += 1
+            attr, name = path.split(".")[1], f"tfmr.h.{i}.{path}"
+            conv = getattr(parent, attr)
+            if not isinstance(conv, Conv1D):
+                continue
+            if stored is not None and f"{name}.int8" in stored:
+                linear = Int8Linear.from_stored(stored, name)
+            else:
+                linear = Int8Linear.of(conv.weight.t(), conv.bias)
+            setattr(parent, attr, linear)  # the float original is dropped with it
+            n += 1
     report: dict[str, object] = {"linears": n, "kernel": False}
     if kernel is not False and native.load():
         variant = native.resolve(None)

@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 from voxcast.errors import CheckpointError
+from voxcast.models.fingerprint import weights_fingerprint
 from voxcast.models.hub import resolve_checkpoint
 from voxcast.models.qwen3_tts.code_predictor import CodePredictor
 from voxcast.models.qwen3_tts.config import Qwen3TTSConfig
@@ -102,13 +103,16 @@ def _weight_files(root: Path, missing: list[str]) -> tuple[Path, ...]:
 
 
 def checkpoint_identity(files: CheckpointFiles, config: Qwen3TTSConfig) -> str:
-    """A stable name for cache keys: kind, size, hash of both configs and the weight byte counts.
+    """A stable name for cache keys: kind, size, hash of both configs and a sample of the weights'
+    bytes (:func:`voxcast.models.fingerprint.weights_fingerprint`: a fine-tune with the same config
+    gets its own), and the weight byte counts.
 
     The same files give the same identity wherever they are stored.
     """
     h = hashlib.sha256()
     for p in (files.config, files.speech_tokenizer / "config.json"):
         h.update(p.read_bytes())
+    h.update(weights_fingerprint([*files.weights, files.speech_tokenizer / WEIGHTS_FILE]).encode())
     size = sum(p.stat().st_size for p in files.weights)
     codec_size = (files.speech_tokenizer / WEIGHTS_FILE).stat().st_size
     kind = f"{config.tts_model_size or 'x'}-{config.tts_model_type}"

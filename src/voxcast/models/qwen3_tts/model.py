@@ -48,7 +48,7 @@ from voxcast.models.qwen3_tts.sampling import SamplerSettings
 from voxcast.models.qwen3_tts.tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
+    from voxcast.kernels.int8_store import StoredInt8
     from voxcast.models.qwen3_tts.codec_decoder import CodecDecoder
     from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder
     from voxcast.models.qwen3_tts.voice_prompt import VoicePrompt
@@ -230,7 +230,7 @@ class Qwen3TTS:
         identity = checkpoint_identity(files, config)
         stored = None
         if quant == "int8" and dev.type == "cpu":
-            from voxcast.models.qwen3_tts.accel import int8_store
+            from voxcast.kernels import int8_store
 
             stored = int8_store.load(identity)
         # the float weights the stored int8 ones replace stay as stored (memory-mapped, never read)

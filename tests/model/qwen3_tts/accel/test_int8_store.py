@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from voxcast.engine.request import SamplingParams
+from voxcast.kernels import int8_store
 from voxcast.kernels.int8_linear import Int8Linear
-from voxcast.models.qwen3_tts.accel import int8_store
 from voxcast.models.qwen3_tts.checkpoint import _read_tensors, locate_checkpoint
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -92,7 +92,7 @@ def test_an_unreadable_store_is_quantized_again_and_rewritten(
     first = Qwen3TTS.from_pretrained(checkpoint, quant="int8", int8_kernel=True)
     (path,) = store.glob("int8-*.safetensors")
     path.write_bytes(b"not a safetensors file")
-    with caplog.at_level(logging.WARNING, logger="voxcast.models.qwen3_tts.accel.int8_store"):
+    with caplog.at_level(logging.WARNING, logger="voxcast.kernels.int8_store"):
         again = Qwen3TTS.from_pretrained(checkpoint, quant="int8", int8_kernel=True)
     assert again.accel.int8_store == "written" and "unreadable" in caplog.text
     assert torch.equal(_codes(first, True), _codes(again, True))

@@ -29,7 +29,7 @@ from voxcast.models.qwen3_tts.accel.talker_trace import use_traced_step
 from voxcast.models.qwen3_tts.layers import MLP
 
 if TYPE_CHECKING:
-    from voxcast.models.qwen3_tts.accel.int8_store import StoredInt8
+    from voxcast.kernels.int8_store import StoredInt8
     from voxcast.models.qwen3_tts.codec_encoder import CodecEncoder
     from voxcast.models.qwen3_tts.speaker_encoder import SpeakerEncoder
     from voxcast.models.qwen3_tts.talker import Talker
@@ -129,7 +129,7 @@ def apply(
     Args:
         identity: the checkpoint's identity (the int8 store's key).
         device, dtype: where and in which dtype the talker runs.
-        stored: the checkpoint's int8 weights read from the int8 store (:mod:`.int8_store`), used
+        stored: the checkpoint's int8 weights read from the int8 store (:mod:`voxcast.kernels.int8_store`), used
             instead of quantizing with ``quant=int8``; without them the quantized weights are stored
             for next time.
     """
@@ -145,8 +145,9 @@ def apply(
         )
         logger.info("small model: voxcast's compiled kernels are not used (nothing to gain; no build)")
     if cfg.quant == "int8":
-        from voxcast.models.qwen3_tts.accel import int8_store
-        from voxcast.models.qwen3_tts.accel.quant import layouts_to_store, quantize_int8, stored_tensors
+        from voxcast.kernels import int8_store
+        from voxcast.kernels.int8_linear import layouts_to_store, stored_tensors
+        from voxcast.models.qwen3_tts.accel.quant import quantize_int8
 
         sources = quantize_int8(talker, stored.tensors if stored is not None else None)
         _choose_int8_kernel(talker, cfg, report)

@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 
 import torch
 from torch import Tensor, nn
 
-from voxcast.kernels.int8_linear import Int8Linear, dynamic_linear, kernel_faster, quantize_weight
+from voxcast.kernels.int8_linear import Int8Linear, kernel_faster, quantize_weight
 from voxcast.models.qwen3_tts.layers import DecoderLayer
 from voxcast.models.qwen3_tts.talker import Talker
 
 __all__ = [
     "QUANT_MODES",
     "int8_kernel_faster",
-    "layouts_to_store",
     "quantize_int8",
-    "stored_tensors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,27 +53,11 @@ def _int8(*linears: nn.Linear) -> Int8Linear:
     return Int8Linear(quantize_weight(weight, bias))
 
 
-def _from_stored(tensors: dict[str, Tensor], name: str) -> Int8Linear:
-    """The :class:`Int8Linear` that ``name``'s stored int8 weights, scales, bias and kernel layouts
-    give (:mod:`.int8_store`): bitwise the one quantization built."""
-    int8, scale, bias = tensors[f"{name}.int8"], tensors[f"{name}.scale"], tensors.get(f"{name}.bias")
-    zero = torch.zeros(scale.shape[0], dtype=torch.int64)
-    with warnings.catch_warnings():  # quantized tensor creation announces its deprecation
-        warnings.simplefilter("ignore")
-        qweight = torch._make_per_channel_quantized_tensor(int8, scale, zero, 0)
-    prefix = f"{name}.packed."
-    layouts = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-    linear = Int8Linear(dynamic_linear(qweight, bias), layouts=layouts)
-    # what pack_kernel needs besides a layout, so that it need not unpack fbgemm's weights again
-    linear._kernel_args = (scale.float().contiguous(), None if bias is None else bias.float().contiguous())
-    return linear
-
-
 def quantize_int8(talker: Talker, stored: dict[str, Tensor] | None = None) -> list[str]:
     """Replace the decoder blocks' projections and the code predictor's heads with int8 versions (CPU).
 
     Args:
-        stored: the int8 store's tensors (:mod:`.int8_store`) for this checkpoint: those modules are
+        stored: the int8 store's tensors (:mod:`voxcast.kernels.int8_store`) for this checkpoint: those modules are
             built from them (no quantization, and their float weights are never read).
 
     Returns:
@@ -95,7 +76,7 @@ def quantize_int8(talker: Talker, stored: dict[str, Tensor] | None = None) -> li
         name = f"{path}.{attr}"
         sources.extend(f"{path}.{p}.weight" for p in parts)
         if stored is not None and f"{name}.int8" in stored:
-            setattr(parent, attr, _from_stored(stored, name))
+            setattr(parent, attr, Int8Linear.from_stored(stored, name))
         else:
             setattr(parent, attr, _int8(*(getattr(parent, p) for p in parts)))
         for p in parts:
@@ -122,20 +103,6 @@ def quantize_int8(talker: Talker, stored: dict[str, Tensor] | None = None) -> li
         time.perf_counter() - t0,
     )
     return sources
-
-
-def layouts_to_store(talker: Talker) -> bool:
-    """Whether some :class:`Int8Linear` runs on a kernel layout the int8 store does not hold yet."""
-    return any(isinstance(m, Int8Linear) and not m.layout_stored for m in talker.modules())
-
-
-def stored_tensors(talker: Talker) -> dict[str, Tensor]:
-    """Every :class:`Int8Linear` of ``talker`` as the int8 store keeps it, by module name."""
-    out: dict[str, Tensor] = {}
-    for name, m in talker.named_modules():
-        if isinstance(m, Int8Linear):
-            out.update(m.stored_tensors(name))
-    return out
 
 
 def int8_kernel_faster(talker: Talker, reps: int = 6, margin: float = 0.95) -> dict[str, object]:
