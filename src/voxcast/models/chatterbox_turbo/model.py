@@ -81,6 +81,13 @@ def _identity(root: Path) -> str:
     return f"chatterbox-turbo:{h.hexdigest()[:16]}:{sum(sizes)}"
 
 
+def _batch_windows(setting: bool | None, device: torch.device) -> bool:
+    """``turbo_batch_windows``: on, off, or (auto, None) on where kernel launches dominate a window (a
+    GPU). On a CPU a window's cost is arithmetic, which batching does not cut, and a stream's audio
+    would depend, by float rounding, on which streams shared its calls."""
+    return device.type == "cuda" if setting is None else bool(setting)
+
+
 def turbo_sampling(params: SamplingParams) -> TurboSampling:
     """The request's sampling with Turbo's defaults for every field the request did not set (the
     request schema's defaults are Qwen3-TTS's)."""
@@ -189,7 +196,7 @@ class ChatterboxTurbo:
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
             prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_options(opts),
             static_decode=bool(opts.setting("turbo_static_decode") or False), quant=quant,
-            batch_windows=opts.setting("turbo_batch_windows") is not False,
+            batch_windows=_batch_windows(opts.setting("turbo_batch_windows"), device),
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
