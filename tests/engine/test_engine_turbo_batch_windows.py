@@ -62,3 +62,55 @@ def test_batched_decodes_equal_the_engine_without_them(turbo_nostop_dir: Path, d
     for a, b in zip(runs[False], runs[True], strict=True):
         assert len(a) == (FRAMES + 3) * 960  # 30 tokens + the silence tail
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
+
+
+def test_a_streams_own_error_in_a_batch_fails_it_alone(
+    turbo_nostop_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = EngineConfig(
+        model=str(turbo_nostop_dir),
+        device="cpu",
+        max_active=4,
+        decode_thread="off",
+        settings={"turbo_batch_windows": True},
+    )
+    engine = Engine.load(config)
+    model = engine.model
+    decode_many = model.decode_many  # type: ignore[attr-defined]
+    failed: list[object] = []
+
+    def first_fails(decoders: list[object], chunks: list[object]) -> list[object]:
+        out = decode_many(decoders, chunks)
+        if not failed:  # the first batched call: its first stream's own part fails
+            failed.append(decoders[0])
+            out[0] = RuntimeError("this stream's own part")
+        return out
+
+    monkeypatch.setattr(model, "decode_many", first_fails)
+    errors: list[BaseException] = []
+    lengths: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(TEXTS))
+
+    def work(i: int) -> None:
+        start.wait()
+        request = {"text": TEXTS[i], "seed": 20 + i, "max_frames": FRAMES, "chunk_frames": 1}
+        try:
+            n = sum(len(c.pcm) for c in engine.synthesize(request))
+        except RuntimeError as e:
+            with lock:
+                errors.append(e)
+            return
+        with lock:
+            lengths.append(n)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(TEXTS))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        engine.close()
+    assert failed and [str(e) for e in errors] == ["this stream's own part"]
+    assert lengths == [(FRAMES + 3) * 960] * (len(TEXTS) - 1)  # the others went on to their end

@@ -5,17 +5,28 @@ wait for ``flush`` or the next other job."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from voxcast.engine.decode_stage import DecodeStage
 
 
+def _busy(stage: DecodeStage) -> threading.Event:
+    """Keep ``stage``'s worker busy until the returned event is set: what follows queues up."""
+    gate = threading.Event()
+
+    def wait() -> None:
+        gate.wait()
+
+    stage.run(wait, print)
+    return gate
+
+
 def test_the_worker_batches_the_jobs_queued_behind_one_another() -> None:
     log: list[object] = []
     stage = DecodeStage(True, batch=lambda items: log.append(list(items)))
-    gate = threading.Event()
-    stage.run(gate.wait, print)  # the worker is busy: what follows queues up
+    gate = _busy(stage)
     for key, item in (("a", 1), ("b", 2), ("a", 3), ("c", 4)):
         stage.run_batched(key, item, print)
     stage.run(lambda: log.append("other"), print)
@@ -32,10 +43,13 @@ def test_a_batch_that_raises_fails_each_of_its_jobs() -> None:
 
     failed: list[str] = []
     stage = DecodeStage(True, batch=boom)
-    gate = threading.Event()
-    stage.run(gate.wait, print)
+    gate = _busy(stage)
+
+    def on_error(key: str) -> Callable[[Exception], None]:
+        return lambda e: failed.append(f"{key}: {e}")
+
     for key in ("a", "b"):
-        stage.run_batched(key, key, lambda e, k=key: failed.append(f"{k}: {e}"))
+        stage.run_batched(key, key, on_error(key))
     gate.set()
     stage.join(timeout=10)
     assert failed == ["a: shared call", "b: shared call"]

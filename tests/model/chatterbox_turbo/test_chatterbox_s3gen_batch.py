@@ -143,3 +143,11 @@ def test_push_many_hands_a_streams_own_error_back_in_its_place(flow: S3GenFlow, 
     out = push_many([a, b], [[6561], list(range(10))])  # a's id is out of range: a fails, b goes on
     assert isinstance(out[0], ValueError)
     assert isinstance(out[1], np.ndarray) and len(b.flow_calls) == 1
+
+
+def test_rows_read_their_own_voices_in_any_order(flow: S3GenFlow) -> None:
+    a, b = _voice(flow, 20, 1, True), _voice(flow, 13, 2, True)
+    for voices in ((a, b), (b, a)):  # one order is the stack's (no gather), the other is not
+        windows = [_window(v, 9, k) for k, v in enumerate(voices)]
+        for got, w in zip(run_windows(flow, windows), windows, strict=True):
+            torch.testing.assert_close(got, run_window(flow, w), rtol=0, atol=ATOL)

@@ -73,6 +73,11 @@ class PromptCache:
         """``x [B, C, T]`` (one column a token) with the padding columns zeroed: ``x`` itself here."""
         return x
 
+    def tensors(self) -> dict[tuple[int, nn.Module, str], Tensor]:
+        """What was recorded, by (Euler step, module, what): ``"k"`` / ``"v"`` an attention's keys or
+        values ``[1, h, rows, d]``; ``""`` a convolution's left context ``[1, C, frames]``."""
+        return dict(self._store)
+
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._store.values())

@@ -36,41 +36,28 @@ __all__ = ["PaddedRows"]
 
 
 class _Stacked:
-    """Several voices' recorded prompt caches as one batch: each tensor ``[U, ...]`` (keys and values
-    left-padded to the longest prompt), and which of them each row reads (``index``; None: row i reads
-    voice i, or one voice for all rows)."""
+    """Several voices' recorded prompt caches as one batch: each tensor ``[U, ...]``, keys and values
+    left-padded to the longest prompt."""
 
-    def __init__(self, rows: tuple[PromptCache, ...]) -> None:
-        voices = list(dict.fromkeys(rows))  # each voice once, in the rows' order
+    def __init__(self, voices: tuple[PromptCache, ...]) -> None:
         longest = max(c.prompt_tokens for c in voices)
-        store = {}
-        for key, first in voices[0]._store.items():
-            parts = [c._store[key] for c in voices]
+        recorded = [c.tensors() for c in voices]
+        self.store = {}
+        for key, first in recorded[0].items():
+            parts = [r[key] for r in recorded]
             if key[2] in ("k", "v"):  # [1, h, scale * P, d]: left-pad to the longest prompt
                 scale = first.shape[2] // voices[0].prompt_tokens  # 1 a token, 2 a frame
-                parts = [
-                    F.pad(t, (0, 0, scale * (longest - c.prompt_tokens), 0))
-                    for t, c in zip(parts, voices, strict=True)
-                ]
-            store[key] = torch.cat(parts) if len(parts) > 1 else parts[0]
-        self.store = store
-        self.index: Tensor | None = None
-        if 1 < len(voices) < len(rows):
-            device = next(iter(store.values())).device
-            self.index = torch.tensor([voices.index(c) for c in rows], device=device)
-
-    def recall(self, step: int, module: nn.Module, what: str, batch: int) -> Tensor:
-        t = self.store[(step, module, what)]
-        if self.index is not None:
-            return t.index_select(0, self.index)
-        return t if t.shape[0] == batch else t.expand(batch, *t.shape[1:])
+                pads = [scale * (longest - c.prompt_tokens) for c in voices]
+                parts = [F.pad(t, (0, 0, pad, 0)) for t, pad in zip(parts, pads, strict=True)]
+            self.store[key] = torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
 @functools.lru_cache(maxsize=2)
-def _stacked(rows: tuple[PromptCache, ...]) -> _Stacked:
-    """The stack of ``rows``' caches, kept for the next call with the same rows (a stack copies every
-    voice's cache: up to ~245 MB each at full size, hence only two)."""
-    return _Stacked(rows)
+def _stacked(voices: tuple[PromptCache, ...]) -> _Stacked:
+    """The stack of a set of voices' caches (ordered by ``id``), kept for the next calls of the same
+    voices, whatever their rows (a stack copies every voice's cache: up to ~245 MB each at full size,
+    hence two sets)."""
+    return _Stacked(voices)
 
 
 class PaddedRows(PromptCache):
@@ -89,7 +76,15 @@ class PaddedRows(PromptCache):
         sizes = [c.prompt_tokens for c in prompts] if prompts is not None else [0] * len(lengths)
         super().__init__(max(sizes))
         self.recording = False
-        self._stack = _stacked(tuple(prompts)) if prompts is not None else None
+        self._stack: _Stacked | None = None
+        #: the voice (of the stack) each row reads; None: row i reads voice i, or all read one voice
+        self._index: Tensor | None = None
+        if prompts is not None:
+            voices = tuple(sorted(set(prompts), key=id))
+            self._stack = _stacked(voices)
+            if len(voices) > 1 and list(prompts) != list(voices):
+                rows = torch.tensor([voices.index(c) for c in prompts])
+                self._index = rows.to(device, non_blocking=True)
         longest = max(lengths)
         self._tokens = self.prompt_tokens + longest  # layout columns a token: [prompts | new rows]
         self._valid: Tensor | None = None
@@ -115,7 +110,10 @@ class PaddedRows(PromptCache):
 
     def recall(self, module: nn.Module, batch: int, what: str = "") -> Tensor:
         assert self._stack is not None
-        return self._stack.recall(self.step, module, what, batch)
+        t = self._stack.store[(self.step, module, what)]
+        if self._index is not None:
+            return t.index_select(0, self._index)
+        return t if t.shape[0] == batch else t.expand(batch, *t.shape[1:])
 
     def left_context(self, module: nn.Module, x: Tensor, frames: int) -> Tensor:
         if self._stack is None:
