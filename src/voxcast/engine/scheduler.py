@@ -215,6 +215,7 @@ class Scheduler:
                     self._on_round()
                     self._prefill_part()
                     rows = self._advance_all()
+                    self._decode.flush()  # inline: chunks held by a round that stepped nothing
                     self._measure(rows, self.clock() - t0)
                     if not self._runnable() and not self._pending:
                         self._wake.wait(_IDLE_WAIT_S)
