@@ -8,6 +8,13 @@ batched step overlap). One thread and one FIFO keep each stream's chunks in orde
 decoder needs, and put a stream's end behind its last chunk. Without a thread (``threaded=False``)
 every job runs inline, at once, exactly as before the stage existed.
 
+Batches: a stage given a ``batch`` runner also takes batchable jobs (:meth:`DecodeStage.run_batched`,
+one item each, keyed by their stream). The worker runs the batchable jobs queued right behind one
+another as one batch (a key at most once: each stream's items stay in order, each in its own batch),
+so chunks of several streams that wait for the decoder are decoded together (a model that
+:class:`~voxcast.models.base.DecodesTogether`). Inline, batchable jobs are held until :meth:`flush`
+(the scheduler calls it once a round) or the next other job, which runs after them.
+
 Torch threads: with two threads each using torch's full intra-op pool the cores are oversubscribed.
 ``torch.set_num_threads`` called on a thread sets that thread's OpenMP/MKL pool size, but it also
 stores the process-wide default that every thread starting torch work later picks up; the stage
@@ -20,6 +27,8 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,6 +42,15 @@ OnError = Callable[[Exception], None]
 _STOP = None
 
 
+@dataclass(frozen=True)
+class _Batched:
+    """A batchable job: ``item`` for the stage's batch runner, ``key`` its stream."""
+
+    key: object
+    item: Any
+    on_error: OnError
+
+
 class DecodeStage:
     """Runs jobs in submission order: on one worker thread (``threaded``) or inline.
 
@@ -40,11 +58,21 @@ class DecodeStage:
         threaded: run jobs on a worker thread; False runs each job inside :meth:`run`.
         torch_threads: intra-op threads for the worker's torch ops (0 = torch's default).
         name: the worker thread's name.
+        batch: runs the items of batchable jobs (:meth:`run_batched`) together, in submission order;
+            it handles each item's errors itself (an exception it raises fails every item in it).
     """
 
-    def __init__(self, threaded: bool, torch_threads: int = 0, name: str = "voxcast-decode") -> None:
+    def __init__(
+        self,
+        threaded: bool,
+        torch_threads: int = 0,
+        name: str = "voxcast-decode",
+        batch: Callable[[list[Any]], None] | None = None,
+    ) -> None:
         self.threaded = threaded
-        self._jobs: queue.SimpleQueue[tuple[Job, OnError] | None] = queue.SimpleQueue()
+        self._batch = batch
+        self._jobs: queue.SimpleQueue[tuple[Job, OnError] | _Batched | None] = queue.SimpleQueue()
+        self._held: list[_Batched] = []  # inline: batchable jobs until flush()
         self._thread: threading.Thread | None = None
         if threaded:
             self._start(torch_threads, name)
@@ -72,14 +100,45 @@ class DecodeStage:
         keeps running the other jobs.
         """
         if self._thread is None:
+            self.flush()
             job()
         else:
             self._jobs.put((job, on_error))
 
+    @property
+    def batches(self) -> bool:
+        """Whether the stage takes batchable jobs (it was given a batch runner)."""
+        return self._batch is not None
+
+    def run_batched(self, key: object, item: Any, on_error: OnError) -> None:
+        """Queue ``item`` for the batch runner, in order with every other job (see the module
+        docstring); ``on_error`` gets an exception the runner raises.
+
+        Raises:
+            RuntimeError: the stage has no batch runner.
+        """
+        if self._batch is None:
+            raise RuntimeError("this decode stage has no batch runner")
+        job = _Batched(key, item, on_error)
+        if self._thread is not None:
+            self._jobs.put(job)
+            return
+        if any(h.key is key for h in self._held):
+            self.flush()
+        self._held.append(job)
+
+    def flush(self) -> None:
+        """Inline: run the held batchable jobs now, as one batch (no-op threaded or with none)."""
+        held, self._held = self._held, []
+        if held:
+            self._run_batch(held)
+
     def stop(self) -> None:
-        """Let the worker finish the jobs already submitted, then end (no-op inline)."""
+        """Let the worker finish the jobs already submitted, then end (inline: run the held jobs)."""
         if self._thread is not None:
             self._jobs.put(_STOP)
+        else:
+            self.flush()
 
     def join(self, timeout: float | None = None) -> None:
         """Stop and wait for the worker to end."""
@@ -92,11 +151,38 @@ class DecodeStage:
             torch.get_num_threads()  # initialise this thread's pool first, or it re-reads the default
             torch.set_num_threads(torch_threads)
         ready.set()
+        carry: list[tuple[Job, OnError] | _Batched | None] = []  # taken while gathering a batch
         with torch.inference_mode():
-            while (item := self._jobs.get()) is not _STOP:
+            while (item := carry.pop() if carry else self._jobs.get()) is not _STOP:
+                if isinstance(item, _Batched):
+                    self._run_batch(self._gather(item, carry))
+                    continue
                 job, on_error = item
                 try:
                     job()
                 except Exception as e:
                     log.exception("decode job failed")
                     on_error(e)
+
+    def _gather(self, first: _Batched, carry: list[tuple[Job, OnError] | _Batched | None]) -> list[_Batched]:
+        """``first`` and the batchable jobs queued right behind it, a key at most once; the first
+        job that does not join (another kind, a key already in) goes to ``carry``, to run next."""
+        batch = [first]
+        while True:
+            try:
+                more = self._jobs.get_nowait()
+            except queue.Empty:
+                return batch
+            if not isinstance(more, _Batched) or any(b.key is more.key for b in batch):
+                carry.append(more)
+                return batch
+            batch.append(more)
+
+    def _run_batch(self, batch: list[_Batched]) -> None:
+        assert self._batch is not None
+        try:
+            self._batch([b.item for b in batch])
+        except Exception as e:
+            log.exception("decode batch failed (%d jobs)", len(batch))
+            for b in batch:
+                b.on_error(e)

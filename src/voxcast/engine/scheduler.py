@@ -9,7 +9,9 @@ in pieces is fed to open prompts here too; long texts are spoken in pieces whose
 between frames.
 Chunks of codes go to a :class:`~voxcast.engine.decode_stage.DecodeStage`: with a decode thread the
 codec decodes them on a second thread while the scheduler generates the next frames; a stream ends
-only after its last chunk was decoded and delivered.
+only after its last chunk was decoded and delivered. For a model that
+:class:`~voxcast.models.base.DecodesTogether`, later chunks of several streams waiting for the decoder
+(queued behind one another; inline: emitted in one round) are decoded in one ``decode_many`` call.
 
 The :class:`~voxcast.engine.engine.Engine` owns the scheduler: it loads, warms and unloads the model
 and hands streams to :meth:`Scheduler.queue`.
@@ -35,7 +37,7 @@ from voxcast.engine.model_info import ModelInfo
 from voxcast.engine.pacing import Room, RoundCosts, Row, Waiting, rows_to_step
 from voxcast.engine.stream import SynthesisStream
 from voxcast.errors import EngineUnavailable, InvalidRequest
-from voxcast.models.base import FrameGenerator, LookaheadDecoder, OpenPrompt, TTSModel
+from voxcast.models.base import DecodesTogether, FrameGenerator, LookaheadDecoder, OpenPrompt, TTSModel
 from voxcast.text.incremental import SentenceBuffer
 from voxcast.text.normalize import normalize_text
 from voxcast.text.split import plan_chunks
@@ -138,7 +140,10 @@ class Scheduler:
         self.handoffs = 0
         self._handoffs: list[SynthesisStream] = []
         self._handoff_s = handoff_s
-        self._decode = DecodeStage(config.decode_thread == "on", _DECODE_TORCH_THREADS)
+        #: ``decode_many`` calls and the chunks they decoded (rows / batches = the mean batch)
+        self.decode_batches = 0
+        self.decode_batch_rows = 0
+        self._decode = self._stage(config.decode_thread == "on")
         self._thread = threading.Thread(target=self._run, name="voxcast-engine", daemon=True)
 
     def start(self) -> None:
@@ -190,8 +195,13 @@ class Scheduler:
         if threaded == self._decode.threaded:
             return
         old = self._decode
-        self._decode = DecodeStage(threaded, _DECODE_TORCH_THREADS)
+        self._decode = self._stage(threaded)
         old.join(timeout=10)
+
+    def _stage(self, threaded: bool) -> DecodeStage:
+        """A decode stage; it batches chunks of several streams where the model decodes them together."""
+        together = self._info.capabilities.decodes_together
+        return DecodeStage(threaded, _DECODE_TORCH_THREADS, batch=self._decode_batch if together else None)
 
     # -- scheduler thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -205,6 +215,7 @@ class Scheduler:
                     self._on_round()
                     self._prefill_part()
                     rows = self._advance_all()
+                    self._decode.flush()  # inline: chunks held by a round that stepped nothing
                     self._measure(rows, self.clock() - t0)
                     if not self._runnable() and not self._pending:
                         self._wake.wait(_IDLE_WAIT_S)
@@ -709,6 +720,7 @@ class Scheduler:
             return 0
         for act, codes in zip(acts, frames, strict=True):
             self._advance(act, codes)
+        self._decode.flush()  # inline: this round's later chunks, decoded together
         if self._handoffs:
             self._hand_off()
         return len(acts)
@@ -793,6 +805,8 @@ class Scheduler:
         act.target = next_chunk_frames(act, self.config.chunk_frames, self.config.chunk_ramp)
         if act.seq == 0:  # no audio out yet (seq grows only when a chunk with audio is delivered)
             self._decode_chunk(act, codes)
+        elif self._decode.batches:
+            self._decode.run_batched(act, (act, codes), act.fail)
         else:
             self._decode.run(lambda: self._decode_chunk(act, codes), act.fail)
 
@@ -801,6 +815,45 @@ class Scheduler:
         if act.failed or (self._decode.threaded and act.stream.cancelled):
             return
         self._decode_and_deliver(act, lambda: act.decoder.decode(codes), int(codes.shape[0]))
+
+    def _decode_batch(self, jobs: list[tuple[Active, torch.Tensor]]) -> None:
+        """Decode several streams' chunks (one each) in one ``decode_many`` call and deliver them
+        (decode stage); each stream's wall time is its share of the call. A stream's own error fails
+        it alone; an error of the call fails every stream in it."""
+        live = [(a, c) for a, c in jobs if not (a.failed or (self._decode.threaded and a.stream.cancelled))]
+        if len(live) < 2:
+            for act, codes in live:
+                self._guarded(act, lambda: self._decode_chunk(act, codes))  # noqa: B023 (runs now)
+            return
+        t0 = time.perf_counter()
+        try:
+            model = cast(DecodesTogether, self.model)
+            pcms = model.decode_many([a.decoder for a, _ in live], [c for _, c in live])
+        except Exception as e:
+            log.exception("batched decode failed (%d requests)", len(live))
+            for act, _ in live:
+                act.fail(e)
+            return
+        t1 = time.perf_counter()
+        self.decode_batches += 1
+        self.decode_batch_rows += len(live)
+        for (act, codes), pcm in zip(live, pcms, strict=True):
+            if isinstance(pcm, Exception):
+                log.error("request %s failed: %s", act.stream.timing.request_id, pcm, extra=_rid(act))
+                act.fail(pcm)
+                continue
+            act.codec_s += (t1 - t0) / len(live)
+            frames = int(codes.shape[0])
+            self._guarded(act, lambda: self._deliver(act, np.asarray(pcm, dtype=np.float32), frames, t1))  # noqa: B023
+
+    @staticmethod
+    def _guarded(act: Active, run: Callable[[], None]) -> None:
+        """``run()``; an exception fails ``act`` alone (a batch's other streams go on)."""
+        try:
+            run()
+        except Exception as e:
+            log.exception("request %s failed", act.stream.timing.request_id, extra=_rid(act))
+            act.fail(e)
 
     def _decode_and_deliver(self, act: Active, decode: Callable[[], np.ndarray], frames: int = 0) -> None:
         """Run one decoder call (timed into the stream's codec time) and deliver its audio."""

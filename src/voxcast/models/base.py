@@ -10,7 +10,8 @@ Required: :class:`TTSModel`, whose generators follow :class:`FrameGenerator` and
 :class:`StreamingDecoder`. Optional capabilities, each a protocol of its own, are read once when the
 model is loaded (:func:`capabilities`), never looked up per call: :class:`RendersSettings`,
 :class:`HintsDecodeThread`, :class:`HoldsAudioBack` (decoders with look-ahead,
-:class:`LookaheadDecoder`) and :class:`ExplainsCloning`.
+:class:`LookaheadDecoder`), :class:`DecodesTogether` (several streams' chunks in one call) and
+:class:`ExplainsCloning`.
 
 The frame loop, per request::
 
@@ -44,6 +45,7 @@ from voxcast.models.sampling import SamplingParams  # torch-free, re-exported he
 
 __all__ = [
     "Capabilities",
+    "DecodesTogether",
     "ExplainsCloning",
     "FrameGenerator",
     "HintsDecodeThread",
@@ -291,6 +293,22 @@ class HoldsAudioBack(Protocol):
 
 
 @runtime_checkable
+class DecodesTogether(Protocol):
+    """A model whose decoders' chunks (one each, of several streams) can be decoded in one call that
+    shares the work (``decodes_together`` True; e.g. one batched network call for every stream's
+    window): ``decode_many(decoders, chunks)`` gives what ``decoders[i].decode(chunks[i])`` gives, in
+    order, each decoder at most once. A stream whose own part fails gets its exception in its place
+    (the others go on); an error of the shared work is raised (every stream in the call failed)."""
+
+    @property
+    def decodes_together(self) -> bool: ...
+
+    def decode_many(
+        self, decoders: Sequence[StreamingDecoder], chunks: Sequence[torch.Tensor]
+    ) -> list[np.ndarray | Exception]: ...
+
+
+@runtime_checkable
 class ExplainsCloning(Protocol):
     """A model that says why it builds no voices from reference audio (the refusal's message; read
     only where ``clones_voices`` is False)."""
@@ -307,12 +325,14 @@ class Capabilities:
         render_settings: :class:`RendersSettings` (empty where not).
         decode_thread_hint: :class:`HintsDecodeThread` (None: measure).
         decoder_holds_audio: :class:`HoldsAudioBack`: its decoders have ``flush`` and ``finish``.
+        decodes_together: :class:`DecodesTogether`: ``decode_many`` decodes several streams' chunks.
         cloning_refusal: None where the model clones voices, else the message that refuses it.
     """
 
     render_settings: Mapping[str, Any] = field(default_factory=dict)
     decode_thread_hint: bool | None = None
     decoder_holds_audio: bool = False
+    decodes_together: bool = False
     cloning_refusal: str | None = None
 
 
@@ -328,5 +348,6 @@ def capabilities(model: TTSModel) -> Capabilities:
         render_settings=dict(model.render_settings()) if isinstance(model, RendersSettings) else {},
         decode_thread_hint=model.decode_thread_hint if isinstance(model, HintsDecodeThread) else None,
         decoder_holds_audio=isinstance(model, HoldsAudioBack) and bool(model.decoder_holds_audio),
+        decodes_together=isinstance(model, DecodesTogether) and bool(model.decodes_together),
         cloning_refusal=refusal,
     )

@@ -36,6 +36,9 @@ SETTINGS = (
             doc="keep only the last N tokens of a voice's S3Gen prompt (default 0: all)"),
     Setting("turbo_prompt_cache", "VOXCAST_TURBO_PROMPT_CACHE", on_off_auto,
             doc="compute a voice's S3Gen prompt once per voice, only new rows per window (default on)"),
+    Setting("turbo_batch_windows", "VOXCAST_TURBO_BATCH_WINDOWS", on_off_auto,
+            doc="the decode stage runs the S3Gen flow windows of every stream with one ready in one batched "
+                "call (default auto = on on CUDA, off on a CPU)"),
     Setting("turbo_static_decode", "VOXCAST_TURBO_STATIC_DECODE", on_off_auto,
             doc="T3 decodes with a static key/value cache, batched, a CUDA graph per batch bucket on CUDA "
                 "(default auto = off until measured on a GPU)"),

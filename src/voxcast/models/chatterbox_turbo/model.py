@@ -8,7 +8,8 @@ request fields fail naming the field. Paralinguistic tags (``[laugh]``...) are t
 
 Per voice, computed once and kept in an LRU: T3's conditioning prefix (keys and values) and, with the
 stream's ``prompt_cache`` on, S3Gen's prompt cache (:mod:`.s3gen_prefix`). Streaming is
-:mod:`.s3gen_stream`'s.
+:mod:`.s3gen_stream`'s; with ``turbo_batch_windows`` on (the default) the engine decodes several
+streams' chunks in one call (:meth:`ChatterboxTurbo.decode_many`: their flow windows batched).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from voxcast.models.chatterbox_turbo.s3gen_stream import (
     StreamSettings,
     TurboAudioStream,
     prompt_cache,
+    push_many,
     trim_fade,
 )
 from voxcast.models.chatterbox_turbo.sampling import TurboSampling
@@ -96,6 +98,13 @@ def _quantize(t3: T3, identity: str) -> dict[str, object]:
     return report
 
 
+def _batch_windows(setting: bool | None, device: torch.device) -> bool:
+    """``turbo_batch_windows``: on, off, or (auto, None) on where kernel launches dominate a window (a
+    GPU). On a CPU a window's cost is arithmetic, which batching does not cut, and a stream's audio
+    would depend, by float rounding, on which streams shared its calls."""
+    return device.type == "cuda" if setting is None else bool(setting)
+
+
 def turbo_sampling(params: SamplingParams) -> TurboSampling:
     """The request's sampling with Turbo's defaults for every field the request did not set (the
     request schema's defaults are Qwen3-TTS's)."""
@@ -140,6 +149,7 @@ class ChatterboxTurbo:
         prefix_cache: bool = True,
         static_decode: bool = False,
         quant: dict[str, object] | None = None,
+        batch_windows: bool = True,
     ) -> None:
         self.t3, self.flow, self.hift, self.ve = t3, flow, hift, ve
         self.campplus, self.s3_tokenizer, self.tokenizer = campplus, s3_tokenizer, tokenizer
@@ -153,6 +163,8 @@ class ChatterboxTurbo:
         self.static_decode = static_decode
         #: T3's int8 weights (:func:`.t3_quant.quantize_t3`'s report), None with float weights
         self.quant = quant
+        #: :meth:`decode_many` batches streams' flow windows (:class:`~voxcast.models.base.DecodesTogether`)
+        self.decodes_together = batch_windows
         #: T3's fixed-shape decode step (:mod:`.t3_static`), made by :meth:`prepare_batches`
         self.static: StaticT3 | None = None
         self.speakers: tuple[str, ...] = (DEFAULT_VOICE,) if builtin is not None else ()
@@ -201,6 +213,7 @@ class ChatterboxTurbo:
             tokenizer=tokenizer, identity=identity, device=device, builtin=builtin,
             prefix_cache=opts.prefix_cache, stream_settings=StreamSettings.from_options(opts),
             static_decode=bool(opts.setting("turbo_static_decode") or False), quant=quant,
+            batch_windows=_batch_windows(opts.setting("turbo_batch_windows"), device),
         )  # fmt: skip
         model.load_s = time.perf_counter() - t0
         log.info("loaded Chatterbox Turbo %s (%s) on %s in %.2f s", folder, identity, device, model.load_s)
@@ -454,6 +467,15 @@ class ChatterboxTurbo:
     def new_decoder(self, voice: TurboVoice | None = None, seed: int | None = None) -> TurboDecoder:
         return TurboDecoder(self, self._voice_for(None, voice), seed)
 
+    def decode_many(
+        self, decoders: Sequence[TurboDecoder], chunks: Sequence[torch.Tensor]
+    ) -> list[np.ndarray | Exception]:
+        """``decoders[i].decode(chunks[i])`` for each stream (each at most once), every flow window
+        now ready in one batched call (:func:`~.s3gen_stream.push_many`): the same audio up to float
+        rounding (docs/chatterbox-turbo.md). A stream's own error comes back in its place."""
+        streams = [d.stream for d in decoders]
+        return push_many(streams, [TurboDecoder.speech(c) for c in chunks])
+
 
 class TurboDecoder:
     """The engine's streaming decoder: token chunks in, audio out (:class:`TurboAudioStream`)."""
@@ -470,8 +492,13 @@ class TurboDecoder:
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:
         """Audio now final for the speech tokens ``codes [T, 1]`` (often empty: see the chunk ramp)."""
+        return self.stream.push(self.speech(codes))
+
+    @staticmethod
+    def speech(codes: torch.Tensor) -> list[int]:
+        """The speech token ids of ``codes [T, 1]`` (T3's start and stop dropped)."""
         ids = codes.reshape(-1).tolist()  # one copy, no scalar read per token
-        return self.stream.push([t for t in ids if t < SPEECH_VOCAB])
+        return [t for t in ids if t < SPEECH_VOCAB]
 
     def flush(self) -> np.ndarray:
         """The audio held back for look-ahead (the engine calls it while the text pauses)."""

@@ -122,7 +122,11 @@ class RelAttention(nn.Module):
             bd = self.rel_gather(bd, ac.shape[-1])
         elif ac.shape != bd.shape:
             bd = self.rel_shift(bd)
-        attn = torch.softmax((ac + bd) / math.sqrt(self.d_k), dim=-1)
+        scores = (ac + bd) / math.sqrt(self.d_k)
+        mask = None if cache is None else cache.key_mask(k.shape[2])  # rows of several streams
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        attn = torch.softmax(scores, dim=-1)
         out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
         return self.linear_out(out)
 
@@ -163,9 +167,11 @@ class LookAhead(nn.Module):
 
     def forward(self, x: Tensor, cache: PromptCache | None = None) -> Tensor:
         y = x.transpose(1, 2).contiguous()
-        if cache is None or cache.recording:
-            if cache is not None:  # the last two tokens: the first new ones' conv2 needs their conv1
-                cache.remember(self, y[..., -2:])
+        if cache is not None:  # padded rows (several streams): conv1 sees zeros past a row's end
+            y = cache.zero_padding(y)
+        if cache is None or not cache.continues:
+            if cache is not None and cache.recording:  # the last two tokens: the first new ones' conv2
+                cache.remember(self, y[..., -2:])  # needs their conv1
             y = F.pad(F.leaky_relu(self.conv1(F.pad(y, (0, LOOKAHEAD)))), (2, 0), value=0.0)
         else:  # conv1 of the prompt's last two tokens again, now seeing the new tokens ahead
             y = torch.cat((cache.recall(self, y.shape[0]), y), dim=-1)
@@ -199,7 +205,7 @@ class S3GenEncoder(nn.Module):
     def forward(self, tokens: Tensor, cache: PromptCache | None = None) -> Tensor:
         """``[B, T, 512]`` token embeddings -> ``[B, 2T, 512]`` features. With a ``cache`` being
         recorded, ``tokens`` are a voice prompt's; with a recorded one, they follow that prompt."""
-        offset = 0 if cache is None or cache.recording else cache.prompt_tokens
+        offset = cache.prompt_tokens if cache is not None and cache.continues else 0
         x, pos = self.embed(tokens, offset)
         x = self.pre_lookahead_layer(x, cache)
         for block in self.encoders:

@@ -165,7 +165,8 @@ class Attention(nn.Module):
         q, k, v = (y.view(b, -1, self.heads, d).transpose(1, 2) for y in (q, k, v))  # [B, h, T, d]
         if cache is not None:
             k, v = cache.keys_values(self, k, v)  # reading: the prompt's frames first
-        out = F.scaled_dot_product_attention(q, k, v)
+        mask = None if cache is None else cache.key_mask(k.shape[2])  # rows of several streams
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         out = out.transpose(1, 2).reshape(b, -1, self.heads * d)
         return self.to_out[0](out)
 

@@ -154,6 +154,16 @@ class S3GenFlow(nn.Module):
         spks = self.speaker(x_vector).expand(b, -1)
         return self.decoder(noise.to(mu), mu, spks, torch.zeros_like(mu), cache=cache)
 
+    def rows(
+        self, tokens: Tensor, cond: Tensor, x_vector: Tensor, noise: Tensor, cache: PromptCache
+    ) -> Tensor:
+        """The mel ``[B, 80, 2L]`` of whole rows ``tokens [B, L]`` (prompt and new tokens each) given
+        their ``cond`` (each row's prompt mel over its prompt's frames, zeros after), x-vectors
+        ``[B, 192]`` and ``noise`` ``[B, 80, 2L]``, with a ``cache`` that masks the rows' padding
+        (:class:`~.s3gen_rows.PaddedRows`); ids checked by the caller."""
+        mu = self.mu(tokens, cache)
+        return self.decoder(noise.to(mu), mu, self.speaker(x_vector), cond.to(mu), cache=cache)
+
     def forward(
         self,
         prompt_tokens: Tensor,

@@ -14,7 +14,10 @@ decode with the same noise).
 
 The modules take an optional cache: recording (a pass over the prompt alone) or reading (a pass over
 new rows). A cache is read-only once recorded, so one voice's cache serves any number of streams and
-threads. Batches of new rows read a batch-1 cache (expanded).
+threads. Batches of new rows read a batch-1 cache (expanded); rows of several streams (other voices,
+other lengths) read :class:`~.s3gen_rows.PaddedRows`, a subclass that also masks their padding (the
+hooks :attr:`PromptCache.continues`, :meth:`PromptCache.key_mask` and :meth:`PromptCache.zero_padding`
+are no-ops here).
 """
 
 from __future__ import annotations
@@ -55,6 +58,25 @@ class PromptCache:
         """End recording: from now on the cache is read (and never written)."""
         self.recording = False
         return self
+
+    @property
+    def continues(self) -> bool:
+        """Whether the rows continue a recorded prompt (reading it): False while recording."""
+        return not self.recording
+
+    def key_mask(self, keys: int) -> Tensor | None:
+        """Which of an attention's ``keys`` keys each row attends to (``[B, 1, 1, keys]`` bool); None:
+        all of them (one stream's rows are never padded)."""
+        return None
+
+    def zero_padding(self, x: Tensor) -> Tensor:
+        """``x [B, C, T]`` (one column a token) with the padding columns zeroed: ``x`` itself here."""
+        return x
+
+    def tensors(self) -> dict[tuple[int, nn.Module, str], Tensor]:
+        """What was recorded, by (Euler step, module, what): ``"k"`` / ``"v"`` an attention's keys or
+        values ``[1, h, rows, d]``; ``""`` a convolution's left context ``[1, C, frames]``."""
+        return dict(self._store)
 
     @property
     def nbytes(self) -> int:

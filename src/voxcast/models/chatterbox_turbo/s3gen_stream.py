@@ -13,6 +13,11 @@ in order from the request's generator as the token arrives, HiFT's from a second
 tokens and noise through :func:`one_pass` give the reference the stream is measured against
 (scripts/bench_chatterbox_turbo.py; docs/chatterbox-turbo.md has the figures).
 
+Several streams' pushes run their flow windows together in one batched call (:func:`push_many`,
+:mod:`.s3gen_batch`): a push is split into :meth:`TurboAudioStream.plan` (host work: the tokens and
+noise of each window now ready) and :meth:`TurboAudioStream.complete` (the windows' mels through
+HiFT, per stream), with the flow calls between them.
+
 Chunks follow a ramp (``first``, then growing to ``chunk`` tokens), so the first audio comes after a
 few tokens and later flow calls, whose cost is mostly the prompt's, come less often. Each call costs
 the window's length (prompt + left + chunk + right), whatever the utterance's length.
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +37,7 @@ from torch import Tensor
 from voxcast.models.base import LoadOptions
 from voxcast.models.chatterbox_turbo.hift import SAMPLES_PER_FRAME, HiFT
 from voxcast.models.chatterbox_turbo.hift_stream import HiFTStream
+from voxcast.models.chatterbox_turbo.s3gen_batch import FlowVoice, FlowWindow, run_window, run_windows
 from voxcast.models.chatterbox_turbo.s3gen_flow import MELS, MELS_PER_TOKEN, VOCAB, S3GenFlow
 from voxcast.models.chatterbox_turbo.s3gen_prefix import PromptCache
 
@@ -42,6 +48,7 @@ __all__ = [
     "one_pass",
     "prompt_cache",
     "prompt_noise",
+    "push_many",
     "trim_fade",
 ]
 
@@ -177,6 +184,18 @@ def one_pass(
         return audio
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A window :meth:`TurboAudioStream.plan` prepared: the flow's input and where its chunk
+    ``[a, b)`` sits in the window of tokens ``[lo, hi)``."""
+
+    window: FlowWindow
+    a: int
+    b: int
+    lo: int
+    hi: int
+
+
 class TurboAudioStream:
     """One utterance's audio from its speech tokens (batch 1; driven from one thread).
 
@@ -212,6 +231,7 @@ class TurboAudioStream:
         if cache is None and s.prompt_cache and prompt_tokens.shape[1] >= 2:
             cache = prompt_cache(flow, prompt_tokens, prompt_mel, xvector)
         self.cache = cache if s.prompt_cache else None
+        self.voice = FlowVoice(prompt_tokens, prompt_mel, self.prompt_z, xvector, self.cache)
         self._flow_gen = torch.Generator(device="cpu").manual_seed(seed)
         hift_gen = torch.Generator(device=hift.conv_pre.weight.device).manual_seed(seed + 1)
         self.hift_stream = HiFTStream(hift, generator=hift_gen, left=s.hift_left, right=s.hift_right)
@@ -222,7 +242,8 @@ class TurboAudioStream:
         self._samples = 0
         self._fade = to_device(trim_fade(), hift.conv_pre.weight.device)
         self._finished = False
-        self.flow_calls: list[tuple[int, int, float]] = []  # (chunk tokens, window tokens, seconds)
+        #: (chunk tokens, window tokens, seconds: flow and HiFT; a batched flow call's share)
+        self.flow_calls: list[tuple[int, int, float]] = []
 
     @property
     def noise(self) -> Tensor:
@@ -236,14 +257,24 @@ class TurboAudioStream:
 
     def push(self, tokens: list[int]) -> np.ndarray:
         """Add speech tokens (ids < 6561); returns the audio now final (possibly empty)."""
+        return self.complete([(p, None) for p in self.plan(tokens)])
+
+    def plan(self, tokens: list[int]) -> list[Planned]:
+        """A push's host part: add ``tokens`` and prepare the flow windows now ready (the chunk
+        schedule advances); :meth:`complete` takes their mels. Raises as :meth:`push` does."""
         if self._finished:
             raise RuntimeError("the stream is finished")
         self._add(tokens)
         out = []
         while len(self.tokens) - self._done >= self._chunk + self.settings.right:
-            out.append(self._flow_chunk(self._done + self._chunk, final=False))
+            out.append(self._window(self._done + self._chunk, final=False))
             self._chunk = min(self.settings.chunk, 2 * self._chunk)
-        return self._join(out)
+        return out
+
+    def complete(self, windows: Sequence[tuple[Planned, tuple[Tensor, float] | None]]) -> np.ndarray:
+        """The audio of planned windows, in order: each with its mel and the seconds its flow call
+        took (batched elsewhere: :func:`push_many`), or None to run its flow here."""
+        return self._join([self._hift(p, mel) for p, mel in windows])
 
     def flush(self) -> np.ndarray:
         """The audio of every token so far, without waiting for look-ahead (the text paused: a new
@@ -264,7 +295,7 @@ class TurboAudioStream:
         """Every token not yet decoded through the flow (no look-ahead), then HiFT's held frames."""
         out = []
         if len(self.tokens) > self._done:
-            out.append(self._flow_chunk(len(self.tokens), final=True))
+            out.append(self._hift(self._window(len(self.tokens), final=True), None))
         with torch.inference_mode():
             out.append(self._fade_in(hift_rest()))
         return self._join(out)
@@ -276,26 +307,25 @@ class TurboAudioStream:
         self.tokens.extend(ids)
         self._noise.extend(token_noise(self._flow_gen, len(ids)))
 
-    def _flow_chunk(self, b: int, final: bool) -> np.ndarray:
+    def _window(self, b: int, final: bool) -> Planned:
+        """The window of the chunk ``[done, b)`` (to the last token when ``final``); the chunk counts
+        as done from now on."""
         s = self.settings
         a = self._done
         lo = max(0, a - s.left)
         hi = len(self.tokens) if final else min(len(self.tokens), b + s.right)
-        window = to_device(torch.tensor([self.tokens[lo:hi]]), self.device)
-        noise = self._noise_of(lo, hi)
+        noise = torch.cat(self._noise[lo:hi], dim=-1)
+        self._done = b
+        return Planned(FlowWindow(self.voice, self.tokens[lo:hi], noise), a, b, lo, hi)
+
+    def _hift(self, p: Planned, ran: tuple[Tensor, float] | None) -> np.ndarray:
+        """A planned window's chunk through HiFT (its flow run here when ``ran`` is None)."""
         t0 = time.perf_counter()
         with torch.inference_mode():
-            if self.cache is not None:
-                mel = self.flow.continue_prompt(self.cache, self.xvector, window, noise, check_ids=False)
-            else:
-                noise = torch.cat((self.prompt_z, noise), dim=-1)
-                mel = self.flow(
-                    self.prompt_tokens, self.prompt_mel, self.xvector, window, noise, check_ids=False
-                )
-            keep = mel[..., MELS_PER_TOKEN * (a - lo) : MELS_PER_TOKEN * (b - lo)]
+            mel, flow_s = (run_window(self.flow, p.window), 0.0) if ran is None else ran
+            keep = mel[..., MELS_PER_TOKEN * (p.a - p.lo) : MELS_PER_TOKEN * (p.b - p.lo)]
             audio = self.hift_stream.push(keep.to(self.hift.conv_pre.weight.dtype))
-        self.flow_calls.append((b - a, hi - lo, time.perf_counter() - t0))
-        self._done = b
+        self.flow_calls.append((p.b - p.a, p.hi - p.lo, flow_s + time.perf_counter() - t0))
         return self._fade_in(audio)
 
     def _fade_in(self, audio: Tensor) -> np.ndarray:
@@ -310,3 +340,39 @@ class TurboAudioStream:
     @staticmethod
     def _join(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def push_many(
+    streams: Sequence[TurboAudioStream], tokens: Sequence[list[int]]
+) -> list[np.ndarray | Exception]:
+    """:meth:`TurboAudioStream.push` for several streams (each at most once; one model), their flow
+    windows in one batched call (:func:`~.s3gen_batch.run_windows`): each stream's audio equals its
+    own push's up to float rounding. A stream whose own part fails (its tokens, its HiFT) gets the
+    exception in its place; an error of the shared flow call is raised.
+
+    Raises:
+        ValueError: streams of different flows.
+    """
+    if any(s.flow is not streams[0].flow for s in streams):
+        raise ValueError("streams of one model only")
+    plans: list[list[Planned] | Exception] = []
+    for stream, ids in zip(streams, tokens, strict=True):
+        try:
+            plans.append(stream.plan(ids))
+        except Exception as e:
+            plans.append(e)
+    windows = [p.window for plan in plans if isinstance(plan, list) for p in plan]
+    t0 = time.perf_counter()
+    mels = iter(run_windows(streams[0].flow, windows) if windows else [])
+    share = (time.perf_counter() - t0) / max(1, len(windows))
+    out: list[np.ndarray | Exception] = []
+    for stream, plan in zip(streams, plans, strict=True):
+        if isinstance(plan, Exception):
+            out.append(plan)
+            continue
+        ran = [(p, (next(mels), share)) for p in plan]
+        try:
+            out.append(stream.complete(ran))
+        except Exception as e:
+            out.append(e)
+    return out
