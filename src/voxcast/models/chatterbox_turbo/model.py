@@ -194,8 +194,6 @@ class ChatterboxTurbo:
             raise CheckpointError("int8 weights (VOXCAST_QUANT=int8) are for the CPU; on a GPU use none")
         # int8 T3 computes in float32 (fbgemm's activations); S3Gen keeps the dtype asked for
         t3 = load_t3(folder, device=device, dtype=torch.float32 if opts.quant == "int8" else opts.dtype)
-        identity = _identity(folder)
-        quant = _quantize(t3, identity) if opts.quant == "int8" else None
         s3gen = read_state(folder / S3GEN_FILE)
         flow = S3GenFlow.from_tensors(s3gen).to(device=device, dtype=opts.dtype)
         # HiFT stays float32 whatever the codec dtype: its source (phase sums, STFT) and iSTFT need it
@@ -205,6 +203,8 @@ class ChatterboxTurbo:
         del s3gen
         ve = VoiceEncoder.from_tensors(read_state(folder / VE_FILE)).to(device)
         tokenizer = TurboTokenizer.from_dir(folder)
+        identity = _identity(folder)  # every file is there by now
+        quant = _quantize(t3, identity) if opts.quant == "int8" else None
         builtin = None
         if (folder / CONDS_FILE).is_file():
             builtin = TurboVoice.from_conds(folder / CONDS_FILE, name=DEFAULT_VOICE)
