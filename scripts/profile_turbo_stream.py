@@ -79,7 +79,7 @@ def main() -> int:
         device=args.device,
         dtype=dtype,
         codec_dtype=dtype,
-        settings=(("prompt_cache", args.prompt_cache),),
+        settings=(("turbo_prompt_cache", args.prompt_cache),),
     )
     model = ChatterboxTurbo.from_pretrained(folder, opts)
     device = model.device
