@@ -12,7 +12,7 @@
 # On request (STEPS="..."): eager, compiled (bench_serving without/with torch.compile: the earlier
 # baselines; compiled warm-up alone took 91 s on an H200), unload (idle unload on CUDA), prerender
 # (prompt-library throughput, 1 and 16 in flight), turboprof (Turbo's streamed S3Gen + HiFT under
-# torch.profiler). Logs and JSON go to $OUT (default bench-results/gpu): copy them to docs/results/<gpu>/.
+# torch.profiler), turbobatch (Turbo's flow windows of 1/4/8 streams one by one vs batched). Logs and JSON go to $OUT (default bench-results/gpu): copy them to docs/results/<gpu>/.
 # The device machine has no registry and no ../shared: wheels voxcast needs beyond its image travel in
 # .whl/ and the Qwen reference configs in .gpu/qwen3-tts-reference: scripts/gpu_prepare.sh puts them there.
 #
@@ -49,6 +49,9 @@ has turbo && timeout "${TURBO_S:-100}" $PY scripts/bench_chatterbox_turbo.py --s
 # Not in the default STEPS (their limits already add up to 600 s): Turbo's streamed S3Gen + HiFT under torch.profiler.
 has turboprof && timeout "${TURBOPROF_S:-90}" $PY scripts/profile_turbo_stream.py --device cuda --dtype bfloat16 \
     --out "$OUT" 2>&1 | tail -25 | tee "$OUT/turbo-profile.log"
+has turbobatch && for n in ${TURBOBATCH_STREAMS:-4 8}; do timeout "${TURBOBATCH_S:-60}" $PY scripts/bench_turbo_batch_windows.py \
+    --size full --device cuda --dtype bfloat16 --streams "$n" --out "$OUT/turbo-batch-windows-$n.json" 2>&1 | tail -5 \
+    | tee -a "$OUT/turbo-batch-windows.log"; done
 # Capacity (issue 45): open-loop Poisson load through the real HTTP server, 0.6B bfloat16 (LOAD_COMPILE=on: compiled).
 has load && VOXCAST_COMPILE=${LOAD_COMPILE:-off} VOXCAST_BATCH_GRAPHS=${LOAD_BATCH_GRAPHS:-on} timeout "${LOAD_S:-100}" $PY scripts/bench_load.py --size 0.6b --device cuda --dtype bfloat16 \
     --rates "${LOAD_RATES:-5,10,20}" --duration "${LOAD_DURATION_S:-8}" --max-active "${LOAD_MAX_ACTIVE:-32}" --out "$OUT" 2>&1 | tee "$OUT/load.log"
