@@ -12,7 +12,8 @@
 # On request (STEPS="..."): eager, compiled (bench_serving without/with torch.compile: the earlier
 # baselines; compiled warm-up alone took 91 s on an H200), unload (idle unload on CUDA), prerender
 # (prompt-library throughput, 1 and 16 in flight), turboprof (Turbo's streamed S3Gen + HiFT under
-# torch.profiler), turbobatch (Turbo's flow windows of 1/4/8 streams one by one vs batched). Logs and JSON go to $OUT (default bench-results/gpu): copy them to docs/results/<gpu>/.
+# torch.profiler), turbobatch (Turbo's flow windows of 4 and 8 streams,
+# one by one vs batched). Logs and JSON go to $OUT (default bench-results/gpu): copy them to docs/results/<gpu>/.
 # The device machine has no registry and no ../shared: wheels voxcast needs beyond its image travel in
 # .whl/ and the Qwen reference configs in .gpu/qwen3-tts-reference: scripts/gpu_prepare.sh puts them there.
 #
