@@ -20,10 +20,11 @@ Factory = Callable[[str], Path]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _voices(model: Path, store: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _voices(model: Path, store: Path, *flags: str, **env: str) -> subprocess.Popen[str]:
+    """``voxcast voices`` started (not waited for: a test starts its runs together, see :func:`_done`)."""
     full = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VOXCAST_STORAGE_DIR": str(store)}
     full |= {"VOXCAST_THREADS": "1", "OMP_NUM_THREADS": "1", **env}  # as the server and worker fixtures
-    return subprocess.run(
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -35,20 +36,31 @@ def _voices(model: Path, store: Path, *flags: str, **env: str) -> subprocess.Com
             "cpu",
             *flags,
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=full,
-        timeout=300,
     )
 
 
+def _done(*procs: subprocess.Popen[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Each run's result, once it exited (the runs only read the store, so they may overlap)."""
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=300)
+        out.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    return out
+
+
 def test_voices_lists_speakers_aliases_and_the_default(tiny_model_dir: Factory, tmp_path: Path) -> None:
-    done = _voices(tiny_model_dir("custom_voice"), tmp_path, "--json", VOXCAST_VOICE_ALIASES="support=vivian")
+    done, table = _done(
+        _voices(tiny_model_dir("custom_voice"), tmp_path, "--json", VOXCAST_VOICE_ALIASES="support=vivian"),
+        _voices(tiny_model_dir("custom_voice"), tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     assert "ryan" in listing["speakers"] and listing["default_voice"] == "alloy"
     assert listing["aliases"]["alloy"] == "ryan" and listing["aliases"]["support"] == "vivian"
-    table = _voices(tiny_model_dir("custom_voice"), tmp_path)
     assert table.returncode == 0 and "alloy" in table.stdout and "-> ryan" in table.stdout
 
 
@@ -62,12 +74,12 @@ def test_voices_lists_a_base_models_registered_voices(tiny_model_dir: Factory, t
         )
     finally:
         service.close()
-    done = _voices(model, tmp_path, "--json")
+    done, table = _done(_voices(model, tmp_path, "--json"), _voices(model, tmp_path))
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     assert listing["speakers"] == [] and listing["aliases"] == {} and listing["default_voice"] is None
     assert listing["registered"] == [
         {"voice_id": voice_id, "name": "Front desk", "ref_text": "A test voice."}
     ]
-    table = _voices(model, tmp_path)
+    assert table.returncode == 0, table.stderr
     assert "none (a Base model: register voices)" in table.stdout and voice_id in table.stdout

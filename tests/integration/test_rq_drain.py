@@ -88,6 +88,9 @@ def test_a_job_running_at_the_deadline_fails_with_shutdown_or_is_requeued(
     first.wait_ready(redis_client)
     cut = client.enqueue({**LONG, "seed": 2})
     wait_for_chunks(redis_client, cut, 2)
+    # the next worker starts while this one is cut and exits: ``cut`` is running here (and has no
+    # retry), and ``retried`` is queued only after this one exited, so the new one takes only that
+    second = start(0)
     first.proc.send_signal(signal.SIGTERM)
     with pytest.raises(JobFailed) as failed:
         client.wait(cut, timeout_s=60)
@@ -96,7 +99,6 @@ def test_a_job_running_at_the_deadline_fails_with_shutdown_or_is_requeued(
     assert last.type is EntryType.CANCELLED and last.info["code"] == "shutdown"
     assert first.proc.wait(timeout=60) == 0
 
-    second = start(0)
     second.wait_ready(redis_client)
     retried = client.enqueue({**LONG, "seed": 3}, retries=1)
     wait_for_chunks(redis_client, retried, 2)

@@ -190,14 +190,15 @@ def test_sigterm_mid_job_lets_it_finish_within_the_drain_then_exits_0(
 ) -> None:
     env = _worker_env(tiny_model_dir("custom_voice"), tmp_path / "store", VOXCAST_DRAIN_S="600")
     with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as w:
-        # ~10 s of the tiny model's frames: still running when the signal lands
-        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 1200, "seed": 1, "chunk_frames": 8})
+        # 300 frames (~3 s on a loaded 2-core host, 13 s for 1200): still running when the signal lands,
+        # which follows the second of ~38 chunk posts (else no "draining: 1 in flight" below)
+        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 300, "seed": 1, "chunk_frames": 8})
         plane.wait_streams(job, 2, 60)
         children = _children(w.proc.pid)
         assert children  # the SDK's heartbeat process
         w.proc.send_signal(signal.SIGTERM)
         rec = plane.wait_done(job, 120)
-        assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == 1200
+        assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == 300
         assert w.proc.wait(timeout=60) == 0
         assert "draining: 1 in flight, deadline 600 s" in w.log()
         assert not [pid for pid in children if _alive(pid)]  # none outlives the worker
