@@ -150,6 +150,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--decode-thread", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--threads", type=int, default=0, help="VOXCAST_THREADS (0: torch's default)")
     ap.add_argument("--quant", default="none", choices=["none", "int8"], help="T3's weights (int8: CPU only)")
     ap.add_argument(
         "--prompt-cache",
@@ -177,6 +178,7 @@ def main() -> int:
             dtype=args.dtype,
             decode_thread=args.decode_thread,
             quant=args.quant,
+            threads=args.threads,
             max_active=max(map(int, args.streams.split(","))),
             settings={
                 "turbo_prompt_cache": args.prompt_cache,
