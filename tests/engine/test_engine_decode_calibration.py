@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from voxcast.config import EngineConfig
 from voxcast.engine import scheduler as scheduler_module
+from voxcast.engine import warmup as warmup_module
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
 from voxcast.engine.warmup import calibration_requests
@@ -100,17 +102,24 @@ def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytes
 
 
 def test_inline_kept_when_the_thread_costs_more(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decode stage whose worker is slow to pick up jobs loses the comparison."""
+    """A decode stage whose worker is slow to pick up jobs loses the comparison. The delay is added to
+    the clock the calibration reads (10 s a job), not slept, so no load on the host can make the
+    thread win."""
     before = _audio(engine)
     real_stage = scheduler_module.DecodeStage
+    late = {"s": 0.0}
+    monkeypatch.setattr(
+        warmup_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["s"])
+    )
 
-    def stage(threaded: bool, torch_threads: int = 0) -> Any:
-        made = real_stage(threaded, torch_threads)
+    def stage(threaded: bool, torch_threads: int = 0, **kwargs: Any) -> Any:
+        made = real_stage(threaded, torch_threads, **kwargs)
         if threaded:
             run = made.run
 
             def late_run(job: Any, on_error: Any) -> None:
-                run(lambda: (time.sleep(0.1), job()), on_error)
+                late["s"] += 10.0
+                run(job, on_error)
 
             made.run = late_run  # type: ignore[method-assign]
         return made
