@@ -15,7 +15,6 @@ both modes, the rounds that ran flow windows, and the max abs difference of the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchlib import machine_info, use_checkout  # noqa: E402
+from benchlib import machine_info, use_checkout, write_json  # noqa: E402
 
 use_checkout()
 
@@ -126,9 +125,7 @@ def main() -> int:
         f"{args.streams} streams, {args.size} on {model.device} ({args.dtype}), prompt cache {args.prompt_cache}: "
         f"batched / one by one {1 / doc['speedup']:.2f}x the time; audio max |diff| {diff:.2e}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, doc)
     return 0
 
 

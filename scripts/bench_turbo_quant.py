@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchlib import machine_info, use_checkout  # noqa: E402
+from benchlib import machine_info, use_checkout, write_json  # noqa: E402
 
 use_checkout()
 
@@ -127,9 +126,7 @@ def main() -> int:
         f"quantized in {report['seconds']} s (kernel {report['kernel']}); top-1 agreement {a['top1_agreement']:.2%}, "
         f"logit error / spread median {a['max_err_over_std_median']:.3f}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, doc)
     return 0
 
 

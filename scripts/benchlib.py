@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ROOT", "at_once", "checkpoint", "cpu_name", "machine_info", "use_checkout"]
+__all__ = ["ROOT", "at_once", "checkpoint", "cpu_name", "machine_info", "use_checkout", "write_json"]
 
 #: The repository root.
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +114,12 @@ def at_once(n: int, fn: Callable[[int], _T]) -> list[_T]:
     for t in threads:
         t.join()
     return out
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write a benchmark's JSON (its folder created) and say where."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {path}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.fixtures.engines import audio_together
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 
@@ -20,20 +21,10 @@ FRAMES = 30
 
 
 def _concurrent(engine: Engine) -> list[np.ndarray]:
-    out: list[np.ndarray] = [np.zeros(0)] * len(TEXTS)
-    start = threading.Barrier(len(TEXTS))
-
-    def work(i: int) -> None:
-        start.wait()
-        request = {"text": TEXTS[i], "seed": 20 + i, "max_frames": FRAMES, "chunk_frames": 1}
-        out[i] = np.concatenate([c.pcm for c in engine.synthesize(request)])
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(TEXTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    requests = [
+        {"text": t, "seed": 20 + i, "max_frames": FRAMES, "chunk_frames": 1} for i, t in enumerate(TEXTS)
+    ]
+    return audio_together(engine, requests)
 
 
 @pytest.mark.parametrize("decode_thread", ["off", "on"])

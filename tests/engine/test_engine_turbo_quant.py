@@ -4,11 +4,11 @@ seed gives the same audio again, and the runtime report names the int8 weights."
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from tests.fixtures.engines import audio_together
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 
@@ -28,16 +28,9 @@ def test_int8_engine_serves_turbo(turbo_nostop_dir: Path) -> None:
         alone = [_audio(engine, t, 5 + i) for i, t in enumerate(TEXTS)]
         assert all(len(a) == (20 + 3) * 960 and np.abs(a).max() > 0 for a in alone)
         assert np.array_equal(alone[0], _audio(engine, TEXTS[0], 5))  # seeded: the same again
-        out: list[np.ndarray] = [np.zeros(0)] * 2
-
-        def work(i: int) -> None:
-            out[i] = _audio(engine, TEXTS[i], 5 + i)
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out = audio_together(
+            engine, [{"text": t, "seed": 5 + i, "max_frames": 20} for i, t in enumerate(TEXTS)]
+        )
         assert all(len(a) == (20 + 3) * 960 for a in out)
     finally:
         engine.close()

@@ -4,11 +4,11 @@ CPU path draws the same tokens), and the warm-up built the step."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from tests.fixtures.engines import audio_together
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 
@@ -16,18 +16,9 @@ TEXTS = ("Hello there, how are you today?", "A second voice [laugh] speaks now."
 
 
 def _concurrent(engine: Engine) -> list[np.ndarray]:
-    out: list[np.ndarray] = [np.zeros(0)] * len(TEXTS)
-
-    def work(i: int) -> None:
-        chunks = list(engine.synthesize({"text": TEXTS[i], "seed": 20 + i, "max_frames": 30}))
-        out[i] = np.concatenate([c.pcm for c in chunks])
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(TEXTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return audio_together(
+        engine, [{"text": t, "seed": 20 + i, "max_frames": 30} for i, t in enumerate(TEXTS)]
+    )
 
 
 def test_static_decode_streams_equal_the_eager_engine(turbo_nostop_dir: Path) -> None:

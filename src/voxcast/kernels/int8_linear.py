@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,7 @@ from voxcast.kernels.rows_linear import set_flags, time_both
 __all__ = [
     "KERNEL_ROWS",
     "Int8Linear",
+    "choose_int8_kernel",
     "dynamic_linear",
     "kernel_faster",
     "layouts_to_store",
@@ -196,6 +197,34 @@ def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> 
                 m.drop_kernel()
     set_flags(module, "kernel_rows", KERNEL_ROWS if on else 0)
     return n
+
+
+def choose_int8_kernel(
+    module: nn.Module,
+    measure: Callable[[], dict[str, object]],
+    kernel: bool | None,
+    variant: str | None = None,
+) -> dict[str, object]:
+    """Route ``module``'s int8 decode rows to voxcast's kernel: forced (``kernel`` True), never
+    (False), or (None) where it builds and ``measure()`` (e.g. :func:`kernel_faster` over the
+    module's Linears, run with the kernel packed) says it is faster.
+
+    Returns:
+        ``{"kernel": used, "variant": the variant tried (None: not tried), "timing": measure()'s
+        result (None: not measured)}``.
+    """
+    choice: dict[str, object] = {"kernel": False, "variant": None, "timing": None}
+    if kernel is False or not int8_kernel.load():
+        return choice
+    choice["variant"] = variant = int8_kernel.resolve(variant)
+    use_int8_kernel(module, True, variant)
+    if kernel is None:
+        timing = choice["timing"] = measure()
+        if not timing["voxcast"]:
+            use_int8_kernel(module, False)
+            return choice
+    choice["kernel"] = True
+    return choice
 
 
 def kernel_faster(

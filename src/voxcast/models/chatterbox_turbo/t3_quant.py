@@ -21,8 +21,7 @@ from typing import cast
 
 from torch import Tensor
 
-from voxcast.kernels import native
-from voxcast.kernels.int8_linear import Int8Linear, kernel_faster, use_int8_kernel
+from voxcast.kernels.int8_linear import Int8Linear, choose_int8_kernel, kernel_faster
 from voxcast.models.chatterbox_turbo.gpt2 import Block, Conv1D
 from voxcast.models.chatterbox_turbo.t3 import T3
 
@@ -76,20 +75,9 @@ def quantize_t3(
                 linear = Int8Linear.of(conv.weight.t(), conv.bias)
             setattr(parent, attr, linear)  # the float original is dropped with it
             n += 1
-    report: dict[str, object] = {"linears": n, "kernel": False}
-    if kernel is not False and native.load():
-        variant = native.resolve(None)
-        use_int8_kernel(t3, True, variant)
-        report["variant"] = variant
-        use = True
-        if kernel is None:
-            fcs: list[object] = [block.mlp.c_fc for block in blocks]
-            timing = kernel_faster([m for m in fcs if isinstance(m, Int8Linear)], "T3 int8 decode row")
-            report["timing"] = timing
-            use = bool(timing["voxcast"])
-        if not use:
-            use_int8_kernel(t3, False)
-        report["kernel"] = use
+    fcs = [cast(Int8Linear, block.mlp.c_fc) for block in blocks]
+    choice = choose_int8_kernel(t3, lambda: kernel_faster(fcs, "T3 int8 decode row"), kernel)
+    report: dict[str, object] = {"linears": n, **{k: v for k, v in choice.items() if v is not None}}
     report["seconds"] = round(time.perf_counter() - t0, 3)
     log.info(
         "T3: %d projections quantized to int8 in %.2f s (decode rows on %s)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -185,20 +185,14 @@ def _timing_weight(talker: Talker) -> torch.Tensor:
 
 def _choose_int8_kernel(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
     """int8 decode rows on voxcast's kernel: forced, or where it builds and measures faster."""
-    from voxcast.kernels import native
-    from voxcast.kernels.int8_linear import use_int8_kernel
+    from voxcast.kernels.int8_linear import choose_int8_kernel
     from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster
 
-    if cfg.int8_kernel is False or not native.load():
-        return
-    variant = native.resolve(cfg.int8_variant)
-    use_int8_kernel(talker, True, variant)
-    if cfg.int8_kernel is None:
-        report.int8_kernel_timing = {**int8_kernel_faster(talker), "variant": variant}
-        if not report.int8_kernel_timing["voxcast"]:
-            use_int8_kernel(talker, False)
-            return
-    report.int8_kernel, report.int8_variant = True, variant
+    choice = choose_int8_kernel(talker, lambda: int8_kernel_faster(talker), cfg.int8_kernel, cfg.int8_variant)
+    if choice["timing"] is not None:
+        report.int8_kernel_timing = {**cast(dict, choice["timing"]), "variant": choice["variant"]}
+    if choice["kernel"]:
+        report.int8_kernel, report.int8_variant = True, cast(str, choice["variant"])
 
 
 def _choose_fused_ops(talker: Talker, cfg: AccelConfig, device: torch.device, dtype: torch.dtype) -> bool:
