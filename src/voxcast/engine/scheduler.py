@@ -53,6 +53,8 @@ def _rid(act: Any) -> dict[str, Any]:
 
 
 _IDLE_WAIT_S = 0.25
+#: How long :meth:`Scheduler.close` waits for each engine thread to end.
+_CLOSE_S = 10.0
 #: Longest wait for consumers to take the first chunks of a step (:meth:`Scheduler._hand_off`).
 HANDOFF_TAKE_S = 0.005
 # Intra-op torch threads of the decode thread: torch's default. Measured (scripts/
@@ -187,8 +189,10 @@ class Scheduler:
     def close(self) -> None:
         """Stop the scheduler and the decode thread; streams still running end with EngineUnavailable."""
         self._stopping.set()
-        self._thread.join(timeout=10)
-        self._decode.join(timeout=10)
+        self._thread.join(timeout=_CLOSE_S)
+        self._decode.join(timeout=_CLOSE_S)
+        if self._thread.is_alive():  # inside one long model call (recording a step, a prefill)
+            log.warning("engine: the scheduler thread still runs %.0f s after close", _CLOSE_S)
 
     def use_decode_thread(self, threaded: bool) -> None:
         """Swap the decode stage (only while no stream is running: its jobs would be split)."""

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
+from typing import ParamSpec
 
-__all__ = ["die"]
+__all__ = ["die", "ends_process"]
+
+P = ParamSpec("P")
 
 
 def die(code: int) -> None:
@@ -25,3 +30,20 @@ def die(code: int) -> None:
         with contextlib.suppress(Exception):
             s.flush()
     os._exit(code)
+
+
+def ends_process(command: Callable[P, int]) -> Callable[P, int]:
+    """A serving command that ends its process through :func:`die` with the code it returns.
+
+    A serving process must not end through the interpreter's normal exit: a daemon thread still
+    inside a torch call then (an engine thread recording a step, a decode finishing a cancelled
+    stream's window) is torn down in C++ code that may not unwind, and the process aborts
+    (SIGABRT, "terminate called without an active exception") instead of exiting with its code."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        code = command(*args, **kwargs)
+        die(code)
+        return code  # only reached when die is patched out in tests
+
+    return run

@@ -30,6 +30,7 @@ from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
 from voxcast.serving.cli.errors import CommandError, describe, exit_code_of
+from voxcast.serving.exit import ends_process
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
 
@@ -220,6 +221,7 @@ def _reachable(url: str, timeout_s: float = 3.0) -> None:
 
 
 # -- worker ------------------------------------------------------------------------------------------
+@ends_process
 def run_worker(args: argparse.Namespace) -> int:
     """Load the service, then serve jobs until stopped (SIGTERM/SIGINT: warm shutdown)."""
     from voxcast.serving.rq.config import connect

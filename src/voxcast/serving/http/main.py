@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 
 from voxcast.serving.drain import Drain, drain_seconds
-from voxcast.serving.exit import die
+from voxcast.serving.exit import die, ends_process
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.http.limits import default_max_connections, guarded_protocol, quiet_accept_errors
 
@@ -166,6 +166,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
+@ends_process
 def _run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     for flag, name in (

@@ -29,7 +29,7 @@ from typing import Any
 
 from voxcast.errors import InvalidRequest
 from voxcast.serving.drain import Drain, drain_seconds
-from voxcast.serving.exit import die
+from voxcast.serving.exit import die, ends_process
 from voxcast.serving.metrics_port import serve_metrics
 from voxcast.serving.runpod.config import RunpodConfig
 from voxcast.serving.runpod.handler import RunpodHandler
@@ -65,6 +65,7 @@ def service_env(env: Mapping[str, str], config: RunpodConfig) -> dict[str, str]:
     return {**env, "VOXCAST_MAX_ACTIVE": env.get("VOXCAST_MAX_ACTIVE") or str(config.concurrency)}
 
 
+@ends_process
 def main(env: Mapping[str, str] | None = None) -> int:
     """Load and warm the service, then run the RunPod worker loop.
 
