@@ -330,6 +330,12 @@ class Qwen3TTS:
         xvec = self.make_voice_prompt(reference, sr, ref_text=None, x_vector_only=True)
         return [WarmupCase({}, icl), WarmupCase({}, xvec, sampled=False)]
 
+    def render_settings(self) -> dict[str, object]:
+        """What changes the audio besides the checkpoint's weights (the engine adds it to the audio
+        cache key): int8 weights draw other codes, so their renders are keyed apart (float renders
+        keep their keys)."""
+        return {"quant": "int8"} if self.quant == "int8" else {}
+
     def runtime_report(self) -> dict[str, object]:
         """The kernel choices made at load and the measurements behind them (JSON-able)."""
         report = self.accel.as_dict()

@@ -14,6 +14,7 @@ import torch
 from voxcast.config import EngineConfig
 from voxcast.engine.request import SamplingParams
 from voxcast.kernels.int8_linear import Int8Linear
+from voxcast.models.base import capabilities
 from voxcast.models.qwen3_tts.generator import step_many
 from voxcast.models.qwen3_tts.model import Qwen3TTS
 
@@ -116,3 +117,11 @@ def test_int8_linear_equals_quantize_dynamic(bias: bool) -> None:
     assert (ours.in_features, ours.out_features) == (64, 80)
     x = torch.randn(3, 5, 64)
     assert torch.equal(ref(x), ours(x))
+
+
+def test_int8_renders_are_keyed_apart(int8_model: Qwen3TTS, tiny_model_dir: Any) -> None:
+    """int8 draws other codes than float32: its renders get their own audio-cache key (the render
+    settings the engine adds to it); float renders keep theirs (no settings, the key as before)."""
+    assert capabilities(int8_model).render_settings == {"quant": "int8"}
+    float_model = Qwen3TTS.from_pretrained(str(tiny_model_dir("custom_voice")))
+    assert capabilities(float_model).render_settings == {}
