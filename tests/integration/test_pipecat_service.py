@@ -4,6 +4,7 @@ voxcast HTTP server on a free loopback port (tiny CustomVoice model)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from pipecat.workers.runner import WorkerRunner
 from tests.fixtures.http_server import Recorder, ended, running
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
+from voxcast.errors import OverCapacity
 from voxcast.integrations.pipecat import VoxcastTTSService, VoxcastWebsocketTTSService
 from voxcast.service import Service, ServiceConfig
 from voxcast.serving.http.app import ServiceHolder, create_app
@@ -53,6 +55,13 @@ class Sink(FrameProcessor):
         self.direction = direction
         self.frames: list[Frame] = []
         self.audio = asyncio.Event()
+        #: The pipeline's upstream sink, where the service's errors go (set by :func:`_run`).
+        self.upstream: Sink | None = None
+
+    def errors(self) -> list[str]:
+        """The errors the service reported (upstream) or passed on (downstream)."""
+        frames = self.frames + (self.upstream.frames if self.upstream is not None else [])
+        return [f.error for f in frames if isinstance(f, ErrorFrame)]
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -81,8 +90,9 @@ async def _run(
     upstream: Sink | None = None,
 ) -> Sink:
     sink = Sink()
+    sink.upstream = upstream or Sink(FrameDirection.UPSTREAM)
     worker = PipelineWorker(
-        Pipeline([upstream or Sink(FrameDirection.UPSTREAM), tts, sink]),
+        Pipeline([sink.upstream, tts, sink]),
         params=PipelineParams(audio_out_sample_rate=rate),
         cancel_on_idle_timeout=False,
     )
@@ -148,7 +158,75 @@ def test_a_sentence_is_spoken_through_the_pipeline(
     )
     assert b"".join(f.audio for f in audio) == direct
     assert len(direct) == 2 * round(8 * 1280 / (speed or 1.0))  # 8 frames at 16 kHz, 1 / speed as long
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not sink.errors()
+
+
+def test_without_a_voice_the_server_chooses(base_url: str, service: Service) -> None:
+    """A service given no voice sends none: the server speaks its default voice (here ``vivian``,
+    as ``VOXCAST_DEFAULT_VOICE`` would set it), not a speaker the plugin picked."""
+    text = "Hello there, how are you today?"
+    extra = {"seed": 4, "max_frames": 8, "cache": False}
+    config = service.config
+    service.config = dataclasses.replace(config, default_voice="vivian")
+    try:
+        tts = VoxcastTTSService(base_url=base_url, api_key=KEY, extra=extra)
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(TTSSpeakFrame(text))
+            await asyncio.wait_for(_stopped(sink), 60)
+
+        sink = asyncio.run(_run(tts, script, 16000))
+    finally:
+        service.config = config
+    spoken = b"".join(f.audio for f in sink.frames if isinstance(f, TTSAudioRawFrame))
+    request = {"text": text, "response_format": "pcm", "sample_rate": 16000, "non_streaming_text": False}
+    assert spoken == b"".join(c.data for c in service.synthesize({**request, **extra, "voice": "vivian"}))
+    assert spoken != b"".join(c.data for c in service.synthesize({**request, **extra, "voice": "ryan"}))
+
+
+@pytest.mark.parametrize("capacity_wait_s", [3.0, 0.0])
+def test_an_over_capacity_answer_is_asked_again_after_retry_after(
+    base_url: str, service: Service, monkeypatch: pytest.MonkeyPatch, capacity_wait_s: float
+) -> None:
+    """The server refuses the sentence once (503 ``over_capacity``, ``Retry-After: 1``): the
+    service asks again after it and speaks the sentence whole; with ``capacity_wait_s=0`` it gives
+    up at once with an ErrorFrame that says why."""
+    text = "Hello there, how are you today?"
+    extra = {"seed": 4, "max_frames": 8, "cache": False}
+    calls: list[int] = []
+    synthesize = service.synthesize
+
+    def busy_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OverCapacity("over capacity: test", retry_after_s=1)
+        return synthesize(*args, **kwargs)
+
+    monkeypatch.setattr(service, "synthesize", busy_once)
+    tts = VoxcastTTSService(
+        base_url=base_url,
+        api_key=KEY,
+        extra=extra,
+        settings=VoxcastTTSService.Settings(voice="ryan"),
+        capacity_wait_s=capacity_wait_s,
+    )
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(TTSSpeakFrame(text))
+        while not any(isinstance(f, TTSStoppedFrame) for f in sink.frames):
+            await asyncio.sleep(0.02)
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    monkeypatch.undo()
+    spoken = b"".join(f.audio for f in sink.frames if isinstance(f, TTSAudioRawFrame))
+    errors = sink.errors()
+    if capacity_wait_s == 0:
+        assert len(calls) == 1 and not spoken
+        assert errors[0] == "voxcast 503: over capacity: test"  # (Pipecat adds "...completed with no audio")
+        return
+    request = {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000, **extra}
+    assert spoken == b"".join(c.data for c in service.synthesize({**request, "non_streaming_text": False}))
+    assert len(calls) == 2 and not errors
 
 
 def test_speed_changes_while_the_pipeline_runs(base_url: str, service: Service) -> None:
@@ -271,7 +349,7 @@ def test_llm_tokens_are_spoken_as_one_utterance_over_the_websocket(base_url: str
         )
     )  # fmt: skip
     assert b"".join(f.audio for f in audio) == whole
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not sink.errors()
 
 
 def test_an_interruption_clears_the_websocket_utterance(base_url: str, service: Service) -> None:
@@ -363,7 +441,7 @@ def test_bare_text_frames_are_spoken_to_the_end_before_the_pipeline_ends(
     sink = asyncio.run(_run(tts, script, 16000))
     assert _marks(sink) == "STSTE"
     assert _turn_audio(sink) == [_pcm(service, text, extra) for text in texts]
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not sink.errors()
 
 
 def test_both_services_give_the_same_audio_for_the_same_text_and_seed(
@@ -414,7 +492,7 @@ def test_a_reply_that_pauses_past_the_servers_text_wait_stays_one_turn(
     assert first_end is not None and first_end.timing.extra.get("text_timeout") is True
     assert _marks(sink) == "STE"
     assert _turn_audio(sink) == [_pcm(service, first, extra) + _pcm(service, rest.strip(), extra)]
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not sink.errors()
 
 
 def test_a_speak_frame_inside_a_reply_keeps_both_turns_whole_over_the_websocket(
@@ -439,4 +517,4 @@ def test_a_speak_frame_inside_a_reply_keeps_both_turns_whole_over_the_websocket(
     assert _marks(sink) == "STSTE"
     reply = _pcm(service, first, extra) + _pcm(service, rest.strip(), extra)
     assert _turn_audio(sink) == [reply, _pcm(service, aside, extra)]
-    assert not [f for f in sink.frames if isinstance(f, ErrorFrame)]
+    assert not sink.errors()

@@ -34,6 +34,20 @@ def test_nested_sampling_and_defaults() -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "rate"),
+    [
+        ({"response_format": "mulaw"}, 8000),  # G.711 without a rate: a telephone line's
+        ({"response_format": "alaw"}, 8000),
+        ({"response_format": "mulaw", "sample_rate": 16000}, 16000),  # a rate given is kept
+        ({"response_format": "pcm"}, 24000),
+        ({}, 24000),
+    ],
+)
+def test_g711_defaults_to_8_khz(fields: dict, rate: int) -> None:
+    assert parse_request({"text": "Hi", **fields}).sample_rate == rate
+
+
+@pytest.mark.parametrize(
     ("payload", "field"),
     [
         ({}, "text"),

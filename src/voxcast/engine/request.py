@@ -41,6 +41,10 @@ MAX_TEXT_CHARS = 5000
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
 
+G711_SAMPLE_RATE = 8000
+"""The ``sample_rate`` of ``mulaw`` and ``alaw`` when a request names none (a telephone line's)."""
+_G711 = frozenset({AudioFormat.MULAW.value, AudioFormat.ALAW.value})
+
 
 class SynthesisRequest(BaseModel):
     """One text-to-speech request.
@@ -60,7 +64,7 @@ class SynthesisRequest(BaseModel):
     instruct: str | None = Field(None, max_length=2000)
     language: str = Field("auto", max_length=32)
     response_format: AudioFormat = AudioFormat.WAV
-    sample_rate: int = NATIVE_SAMPLE_RATE
+    sample_rate: int = Field(NATIVE_SAMPLE_RATE, description="Hz (default 24000; 8000 for mulaw and alaw)")
     speed: float = Field(1.0, description="speaking rate, 0.25-4.0 (pitch kept: voxcast.audio.stretch)")
     stream: bool = True
     first_chunk_frames: int | None = Field(None, ge=1, le=64)
@@ -97,6 +101,15 @@ class SynthesisRequest(BaseModel):
         nested.update(flat)
         out["sampling"] = nested
         return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _telephone_rate(cls, data: Any) -> Any:
+        """G.711 (``mulaw``, ``alaw``) is a telephone line's 8 kHz unless ``sample_rate`` is given."""
+        if isinstance(data, Mapping) and "sample_rate" not in data:
+            if str(data.get("response_format", "")) in _G711:
+                return {**data, "sample_rate": G711_SAMPLE_RATE}
+        return data
 
     @field_validator("text")
     @classmethod

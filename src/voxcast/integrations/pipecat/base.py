@@ -43,8 +43,9 @@ class VoxcastTTSSettings(TTSSettings):
 
 
 def _settings_store(settings: VoxcastTTSSettings | None) -> VoxcastTTSSettings:
-    """The defaults (speaker ``ryan``) updated with the caller's settings."""
-    store = VoxcastTTSSettings(model="voxcast", voice="ryan", language=None, instructions=None, speed=None)
+    """The defaults (no voice: the server speaks its default voice, ``VOXCAST_DEFAULT_VOICE``)
+    updated with the caller's settings."""
+    store = VoxcastTTSSettings(model="voxcast", voice=None, language=None, instructions=None, speed=None)
     if settings is not None:
         store.apply_update(settings)
     return store

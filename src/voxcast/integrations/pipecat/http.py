@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ class VoxcastTTSService(VoxcastService):
         extra: Mapping[str, Any] | None = None,
         session: aiohttp.ClientSession | None = None,
         settings: VoxcastTTSSettings | None = None,
+        capacity_wait_s: float = 3.0,
         **kwargs: Any,
     ) -> None:
         """
@@ -35,6 +37,9 @@ class VoxcastTTSService(VoxcastService):
             extra: more request fields sent with every sentence (``seed``, ``temperature``, ...).
             session: an aiohttp session to share; default: one of its own.
             settings: voice, language, instructions, speed (updatable while the pipeline runs).
+            capacity_wait_s: how long a sentence may wait in all for a server that answers 503
+                ``over_capacity`` (it is asked again after each ``Retry-After``); 0: no retry, the
+                sentence ends with an ``ErrorFrame`` at once.
         """
         super().__init__(
             base_url=base_url,
@@ -48,6 +53,7 @@ class VoxcastTTSService(VoxcastService):
         )
         self._session = session
         self._own_session = session is None
+        self._capacity_wait_s = max(0.0, capacity_wait_s)
         self._bare: str | None = None  # the context of bare text spoken last (ended by what follows)
 
     async def start(self, frame: StartFrame) -> None:
@@ -78,6 +84,28 @@ class VoxcastTTSService(VoxcastService):
             await self.append_to_audio_context(ctx, TTSStoppedFrame(context_id=ctx))
             await self.remove_audio_context(ctx)
 
+    async def _post(self, text: str) -> aiohttp.ClientResponse:
+        """The sentence's response; a 503 ``over_capacity`` (admission control: every running stream
+        would stall with one more) is asked again after its ``Retry-After``, for up to
+        ``capacity_wait_s`` in all, so a busy moment delays the sentence instead of dropping it."""
+        assert self._session is not None, "start() first"
+        waited = 0.0
+        while True:
+            r = await self._session.post(self._url, json=self._body(text), headers=self._headers)
+            left = self._capacity_wait_s - waited
+            if r.status != 503 or left <= 0:
+                return r
+            try:
+                code = (await r.json())["error"]["code"]
+            except (aiohttp.ContentTypeError, KeyError, TypeError, ValueError):
+                code = None
+            if code != "over_capacity":
+                return r  # its body stays readable
+            r.release()
+            delay = min(left, _retry_after_s(r.headers.get("Retry-After")))
+            await asyncio.sleep(delay)
+            waited += delay
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         """One sentence: stream its audio as the server generates it."""
         assert self._session is not None, "start() first"
@@ -85,7 +113,7 @@ class VoxcastTTSService(VoxcastService):
             await self._end_bare_turn()
         if self._is_bare(context_id):
             self._bare = context_id
-        async with self._session.post(self._url, json=self._body(text), headers=self._headers) as r:
+        async with await self._post(text) as r:
             if r.status != 200:
                 try:
                     message = error_text((await r.json())["error"])
@@ -102,3 +130,11 @@ class VoxcastTTSService(VoxcastService):
                 if data:
                     await self.stop_ttfb_metrics()
                     yield TTSAudioRawFrame(data, self.sample_rate, 1, context_id=context_id)
+
+
+def _retry_after_s(value: str | None) -> float:
+    """A ``Retry-After`` of seconds (1 when missing or not a number; HTTP dates are not sent)."""
+    try:
+        return max(0.05, float(value)) if value is not None else 1.0
+    except ValueError:
+        return 1.0
