@@ -52,8 +52,7 @@ def worker(
     env = _worker_env(
         tiny_model_dir("custom_voice"),
         d / "store",
-        VOXCAST_RUNPOD_AGGREGATE="true",
-        VOXCAST_RUNPOD_CONCURRENCY="2",
+        VOXCAST_RUNPOD_CONCURRENCY="2",  # aggregation: the default (on)
     )
     with FakeControlPlane() as plane, running_worker(plane, env, d / "worker.log") as w:
         yield w
@@ -83,6 +82,14 @@ def test_chunks_are_posted_as_they_are_generated(worker: WorkerProcess) -> None:
     assert gen_s > 0.1 and recv[-1] - recv[0] > 0.5 * gen_s
     assert rec.t_done is not None and rec.t_done - recv[0] > 0.5 * gen_s  # first chunk well before done
     assert not plane.unauthorized
+
+
+def test_an_actions_result_is_the_jobs_output(worker: WorkerProcess) -> None:
+    """By default the job's result (what ``/runsync`` and ``/status`` answer with) lists the
+    messages: an action's result, not ``[]`` (aggregation off would send ``{"output": []}``)."""
+    rec = worker.plane.wait_done(worker.plane.submit({"action": "list_voices"}), 60)
+    (result,) = rec.done["output"]
+    assert any("ryan" in json.dumps(v) for v in result["voices"])
 
 
 def test_with_concurrency_2_two_jobs_stream_at_the_same_time(worker: WorkerProcess) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from voxcast.audio.formats import AudioFormat
+from voxcast.engine.request import parse_request
 from voxcast.errors import InvalidRequest
 from voxcast.serving.endpoint import endpoint_type
 from voxcast.serving.http.config import HttpConfig
@@ -27,14 +29,15 @@ def test_openai_body_maps_onto_the_request_schema() -> None:
             "seed": 4,
         }
     )
-    assert fields == {
-        "input": "Hi.",
-        "voice": "vx_1",
-        "instruct": "calm",
-        "speed": 1,
-        "seed": 4,
-        "response_format": "mp3",
-    }
+    req = parse_request(fields)
+    assert (req.text, req.voice, req.instruct, req.speed, req.sampling.seed) == (
+        "Hi.",
+        "vx_1",
+        "calm",
+        1.0,
+        4,
+    )
+    assert req.response_format is AudioFormat.MP3  # OpenAI's default, where voxcast's is wav
     assert fmt == "audio"
     assert speech_request({"input": "x", "stream_format": "sse", "response_format": "pcm"})[1] == "sse"
 
@@ -46,11 +49,12 @@ def test_openai_body_maps_onto_the_request_schema() -> None:
         ({"input": "x", "stream_format": "ws"}, "stream_format"),
         ({"input": "x", "voice": {"name": "a"}}, "voice.id"),
         ({"input": "x", "instructions": "a", "instruct": "b"}, "instructions"),
+        ({"input": "x", "model": 3}, "model"),
     ],
 )
 def test_openai_body_errors_name_the_field(body: object, field: str) -> None:
     with pytest.raises(InvalidRequest) as err:
-        speech_request(body)
+        parse_request(speech_request(body)[0])
     assert err.value.field == field
 
 

@@ -33,6 +33,21 @@ def test_nested_sampling_and_defaults() -> None:
     assert req.language == "auto" and req.stream and req.cache
 
 
+@pytest.mark.parametrize("entry", ["runpod", "websocket", "rq"])
+def test_an_openai_body_is_a_request_at_every_entry_point(entry: str) -> None:
+    """The schema itself takes OpenAI's speech fields (``model``, ``instructions``, ``voice`` as
+    ``{"id"}``), so an OpenAI body is valid wherever a request is (not only on /v1/audio/speech)."""
+    body = {
+        "model": "tts-1",
+        "input": "Hi.",
+        "voice": {"id": "vx_1"},
+        "instructions": "calm",
+        "request_id": entry,
+    }
+    req = parse_request(body)
+    assert (req.text, req.voice, req.instruct, req.request_id) == ("Hi.", "vx_1", "calm", entry)
+
+
 @pytest.mark.parametrize(
     ("fields", "rate"),
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -51,18 +52,18 @@ def test_hub_defaults_are_the_handlers_own() -> None:
 
 def test_config_defaults_and_env() -> None:
     d = RunpodConfig.from_env({})
-    assert (d.concurrency, d.aggregate, d.redis_url, d.sdk_log_level) == (1, False, None, "INFO")
+    assert (d.concurrency, d.aggregate, d.redis_url, d.sdk_log_level) == (1, True, None, "INFO")
     c = RunpodConfig.from_env(
         {
             "VOXCAST_RUNPOD_CONCURRENCY": "4",
-            "VOXCAST_RUNPOD_AGGREGATE": "yes",
+            "VOXCAST_RUNPOD_AGGREGATE": "no",
             "VOXCAST_RUNPOD_MAX_MESSAGE_BYTES": "65536",
             "VOXCAST_RUNPOD_INLINE_MAX_BYTES": "0",
             "VOXCAST_REDIS_URL": "redis://127.0.0.1:1/0",
             "RUNPOD_LOG_LEVEL": "debug",
         }
     )
-    assert (c.concurrency, c.aggregate, c.max_message_audio_bytes, c.inline_max_bytes) == (4, True, 65536, 0)
+    assert (c.concurrency, c.aggregate, c.max_message_audio_bytes, c.inline_max_bytes) == (4, False, 65536, 0)
     assert c.redis_url == "redis://127.0.0.1:1/0" and c.sdk_log_level == "DEBUG"
     assert c.concurrency_modifier(1) == 4 and c.concurrency_modifier(9) == 4
 
@@ -214,3 +215,15 @@ def test_pump_close_drains_a_cancelled_source_without_blocking() -> None:
 
     pump = asyncio.run(run())
     assert pump.finished and pump.items_after_close <= 2
+
+
+def test_a_job_past_the_aggregate_size_is_warned_of_once(caplog: pytest.LogCaptureFixture) -> None:
+    from voxcast.serving.runpod.handler import AGGREGATE_WARN_BYTES, RunpodHandler
+
+    with caplog.at_level(logging.WARNING, logger="voxcast.serving.runpod.handler"):
+        below = RunpodHandler._aggregated("j1", 0, AGGREGATE_WARN_BYTES)
+        assert below == AGGREGATE_WARN_BYTES and not caplog.records  # at the bound: no warning yet
+        past = RunpodHandler._aggregated("j1", below, 1)
+        RunpodHandler._aggregated("j1", past, 1000)
+    (record,) = caplog.records
+    assert "j1" in record.getMessage() and "VOXCAST_RUNPOD_AGGREGATE" in record.getMessage()

@@ -104,11 +104,40 @@ class SynthesisRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _openai_fields(cls, data: Any) -> Any:
+        """OpenAI's speech fields, at every entry point (an OpenAI body works as a RunPod input, a
+        WebSocket config or a queued job): ``model`` (any name: one model per server),
+        ``instructions`` (``instruct``) and ``voice`` as ``{"id": "<voice id>"}``."""
+        if not isinstance(data, Mapping):
+            return data
+        if "model" not in data and "instructions" not in data and not isinstance(data.get("voice"), Mapping):
+            return data
+        out = dict(data)
+        model = out.pop("model", None)
+        if model is not None and not isinstance(model, str):
+            raise PydanticCustomError("model", "model must be a string (any name)", {"field": "model"})
+        if "instructions" in out:
+            if out.get("instruct") is not None:
+                raise PydanticCustomError(
+                    "instructions", "give instructions or instruct, not both", {"field": "instructions"}
+                )
+            out["instruct"] = out.pop("instructions")
+        voice = out.get("voice")
+        if isinstance(voice, Mapping):
+            if set(voice) != {"id"} or not isinstance(voice["id"], str):
+                raise PydanticCustomError(
+                    "voice", 'voice as an object must be {"id": "<voice id>"}', {"field": "voice.id"}
+                )
+            out["voice"] = voice["id"]
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
     def _telephone_rate(cls, data: Any) -> Any:
         """G.711 (``mulaw``, ``alaw``) is a telephone line's 8 kHz unless ``sample_rate`` is given."""
-        if isinstance(data, Mapping) and "sample_rate" not in data:
-            if str(data.get("response_format", "")) in _G711:
-                return {**data, "sample_rate": G711_SAMPLE_RATE}
+        g711 = isinstance(data, Mapping) and str(data.get("response_format", "")) in _G711
+        if g711 and "sample_rate" not in data:
+            return {**data, "sample_rate": G711_SAMPLE_RATE}
         return data
 
     @field_validator("text")

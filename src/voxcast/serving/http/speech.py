@@ -1,8 +1,9 @@
 """OpenAI's ``POST /v1/audio/speech`` body -> voxcast's request schema (and the stream format).
 
 OpenAI's fields: ``model`` (any name: one model per server), ``input`` (the text), ``voice`` (a name,
-or ``{"id": ...}`` for a registered voice), ``instructions`` (voxcast's ``instruct``),
-``response_format`` (OpenAI's default ``mp3``; every OpenAI format, each streamed), ``speed``
+or ``{"id": ...}`` for a registered voice), ``instructions`` (voxcast's ``instruct``) are the
+request schema's own (:class:`voxcast.engine.request.SynthesisRequest`, at every entry point); this
+adds OpenAI's defaults: ``response_format`` (OpenAI's default ``mp3``; every OpenAI format, each streamed), ``speed``
 (0.25-4.0: the audio is time-stretched with its pitch kept, :mod:`voxcast.audio.stretch`, since the
 models have no rate control) and ``stream_format`` (``audio`` or ``sse``). Every other
 field of voxcast's schema (``seed``, ``language``, ``sample_rate``, ``cache``...) is accepted as an
@@ -30,20 +31,10 @@ def speech_request(body: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(body, Mapping):
         raise InvalidRequest("the request body must be a JSON object", field="request")
     out = dict(body)
-    out.pop("model", None)
     stream_format = out.pop("stream_format", "audio")
     if stream_format not in STREAM_FORMATS:
         raise InvalidRequest(
             f"stream_format must be audio or sse, not {stream_format!r}", field="stream_format"
         )
-    if "instructions" in out:
-        if out.get("instruct") is not None:
-            raise InvalidRequest("give instructions or instruct, not both", field="instructions")
-        out["instruct"] = out.pop("instructions")
-    voice = out.get("voice")
-    if isinstance(voice, Mapping):
-        if set(voice) != {"id"} or not isinstance(voice["id"], str):
-            raise InvalidRequest('voice as an object must be {"id": "<voice id>"}', field="voice.id")
-        out["voice"] = voice["id"]
     out.setdefault("response_format", "mp3")
     return out, stream_format

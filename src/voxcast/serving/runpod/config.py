@@ -49,10 +49,12 @@ class RunpodConfig:
             the SDK's ``concurrency_modifier``; with > 1 the SDK takes jobs in batches and runs them
             as asyncio tasks, and the engine decodes their streams together. Keep it at or below
             the engine's ``VOXCAST_MAX_ACTIVE``.
-        aggregate: ``return_aggregate_stream`` (``VOXCAST_RUNPOD_AGGREGATE``, off). On: the job's
+        aggregate: ``return_aggregate_stream`` (``VOXCAST_RUNPOD_AGGREGATE``, on). On: the job's
             final ``/run``/``/runsync`` output is the list of every yielded message, base64 audio
-            included; use it only for short clips or ``stream: false`` requests. Off: clients read
-            the messages from ``/stream/{id}`` and the final output is empty.
+            included, the last one the result (``done``, ``voice_id``, ``voices``): ``runsync`` and
+            ``status`` answer with it. Off: clients read the messages from ``/stream/{id}`` only
+            and the final output is ``[]`` (for long streamed renders: RunPod caps ``/runsync``
+            output at 20 MB; the handler warns past :data:`~.handler.AGGREGATE_WARN_BYTES`).
         max_message_audio_bytes: raw audio bytes per yielded message
             (``VOXCAST_RUNPOD_MAX_MESSAGE_BYTES``, 192 KiB); bigger chunks are split.
         inline_max_bytes: largest file returned inline to a ``stream: false`` request
@@ -69,7 +71,7 @@ class RunpodConfig:
     """
 
     concurrency: int = 1
-    aggregate: bool = False
+    aggregate: bool = True
     max_message_audio_bytes: int = DEFAULT_MAX_MESSAGE_AUDIO_BYTES
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     queue_chunks: int = DEFAULT_QUEUE_CHUNKS

@@ -57,6 +57,10 @@ __all__ = ["RunpodHandler"]
 
 log = logging.getLogger(__name__)
 
+AGGREGATE_WARN_BYTES = 16 * 1024 * 1024
+"""With aggregation on, a job whose messages' audio passes this is warned of (RunPod: ``/runsync``
+output <= 20 MB)."""
+
 """After the engine died, the worker exits this long after reporting the job's error (so the done
 POST goes out first); RunPod then replaces the container instead of sending it more jobs."""
 
@@ -182,7 +186,7 @@ class RunpodHandler:
             name=f"voxcast-job-{job_id}"[:60],
         ).start()
         unwatch = self._watch_task(job_id, stream, pump, mirror)
-        seq, first_ms = 0, None
+        seq, first_ms, aggregated = 0, None, 0
         shutdown: list[str] = []
 
         def stop_for_shutdown(reason: str) -> None:  # the drain's thread, at its deadline
@@ -199,6 +203,8 @@ class RunpodHandler:
                         if first_ms is None:
                             first_ms = (time.perf_counter() - t0) * 1000
                             log.info("job %s: first message after %.1f ms", job_id, first_ms)
+                        if self.config.aggregate:
+                            aggregated = self._aggregated(job_id, aggregated, len(message["audio"]))
                         seq += 1
                         message["ts"] = round(time.time(), 6)
                         yield message
@@ -239,6 +245,21 @@ class RunpodHandler:
             parts.append(more[0])
             size += len(more[0].data)
         return parts
+
+    @staticmethod
+    def _aggregated(job_id: str, before: int, size: int) -> int:
+        """The job's aggregated audio after a message of ``size`` base64 bytes; warns once, as it
+        passes :data:`AGGREGATE_WARN_BYTES`."""
+        after = before + size
+        if before <= AGGREGATE_WARN_BYTES < after:
+            log.warning(
+                "job %s: its final output (VOXCAST_RUNPOD_AGGREGATE on) holds over %d MiB of audio; "
+                "RunPod caps /runsync output at 20 MB: for long streamed renders turn aggregation off "
+                "(clients read /stream) or ask for stream: false (the file is stored, its URL returned)",
+                job_id,
+                AGGREGATE_WARN_BYTES // (1024 * 1024),
+            )
+        return after
 
     def _chunk_messages(self, parts: list[Any], seq: int) -> list[dict[str, Any]]:
         """Messages for consecutive chunks (one unless merged data exceeds the bound); ``t_ms`` is
