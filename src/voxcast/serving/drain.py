@@ -57,11 +57,14 @@ class Drain:
         self.deadline_s = max(0.0, deadline_s)
         self.on_begin = on_begin
         self.expired = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: begin() runs in a signal handler on the main thread, which may be inside
+        # track()'s locked section right then (requests on the event loop); a plain lock deadlocked.
+        self._lock = threading.RLock()
         self._work: dict[int, Callable[[str], None]] = {}
         self._ids = itertools.count()
         self._idle = threading.Condition(self._lock)
         self.begun = False
+        self._told: threading.Thread | None = None
 
     @property
     def reason(self) -> str:
@@ -77,7 +80,15 @@ class Drain:
             active = len(self._work)
         if self.on_begin is not None:
             self.on_begin()
-        log.info("draining: %d in flight, deadline %g s", active, self.deadline_s)
+        # logged from another thread: a signal handler that writes to the log stream while the main
+        # thread is inside a write of its own fails ("reentrant call inside BufferedWriter")
+        self._told = threading.Thread(
+            target=log.info,
+            args=("draining: %d in flight, deadline %g s", active, self.deadline_s),
+            name="voxcast-drain-log",
+            daemon=True,
+        )
+        self._told.start()
         timer = threading.Timer(self.deadline_s, self._expire)
         timer.daemon = True
         timer.name = "voxcast-drain"
@@ -103,6 +114,8 @@ class Drain:
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Until no work is tracked; False if ``timeout_s`` passed first."""
+        if self._told is not None:  # the "draining" line is in the log before the process moves on
+            self._told.join(1.0)
         with self._lock:
             return self._idle.wait_for(lambda: not self._work, timeout=timeout_s)
 
