@@ -4,6 +4,7 @@ disconnects; uvicorn on a free loopback port, tiny CustomVoice model."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -175,6 +176,46 @@ def test_fixed_20ms_mulaw_frames_for_telephony(url: str, service: Service) -> No
     assert len(audio) - len(offline) < 160
 
 
+def _read_twilio(ws: ClientConnection, until: dict[str, Any]) -> list[dict[str, Any]]:
+    """Messages up to and including ``until`` (all JSON with Twilio framing)."""
+    out: list[dict[str, Any]] = []
+    while not out or out[-1] != until:
+        raw = ws.recv(timeout=60)
+        assert isinstance(raw, str), "no binary audio with Twilio framing"
+        out.append(json.loads(raw))
+    return out
+
+
+def test_twilio_framing_sends_what_a_media_streams_bridge_forwards(url: str, service: Service) -> None:
+    """``framing: twilio``: 20 ms frames of 8 kHz mu-law as Twilio ``media`` events, the mark's echo
+    as a Twilio ``mark`` after them, a ``clear`` event on barge-in: a bridge passes them on as they
+    are. The audio is the raw socket's (the service's offline mu-law)."""
+    sid = "MZ0123456789abcdef"
+    with _open(url) as ws:
+        ws.send(json.dumps({**CONFIG, "framing": "twilio", "stream_sid": sid, "max_frames": 5}))
+        ws.send(json.dumps({"type": "text", "text": "Press one. Or two."}))
+        ws.send(json.dumps({"type": "mark", "name": "end"}))
+        mark = {"event": "mark", "streamSid": sid, "mark": {"name": "end"}}
+        msgs = _read_twilio(ws, mark)
+        ws.send(json.dumps({**CONFIG, "framing": "twilio", "stream_sid": sid, "max_frames": 3000}))
+        ws.send(json.dumps({"type": "text", "text": "A long sentence the caller talks over."}))
+        ws.send(json.dumps({"type": "flush"}))
+        while json.loads(ws.recv(timeout=60)).get("event") != "media":  # speaking
+            pass
+        ws.send(json.dumps({"type": "clear"}))
+        cleared = _read_twilio(ws, {"type": "cleared"})
+        ws.send(json.dumps({"type": "close"}))
+    media = [m for m in msgs if m.get("event") == "media"]
+    assert media and all(m["streamSid"] == sid and set(m) == {"event", "streamSid", "media"} for m in media)
+    frames = [base64.b64decode(m["media"]["payload"]) for m in media]
+    assert all(len(f) == 160 for f in frames)  # 20 ms at 8 kHz, one byte a sample
+    offline = _offline(service, "Press one. Or two.", response_format="mulaw", sample_rate=8000, max_frames=5)
+    audio = b"".join(frames)
+    assert audio[: len(offline)] == offline and set(audio[len(offline) :]) <= {0xFF}
+    assert {"event": "clear", "streamSid": sid} in cleared
+    assert cleared.index({"event": "clear", "streamSid": sid}) < len(cleared) - 1  # before "cleared"
+
+
 def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: str) -> None:
     with _open(url) as ws:
 
@@ -191,6 +232,11 @@ def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: st
         assert error_for(json.dumps({**CONFIG, "frame_ms": "20"}))["param"] == "frame_ms"
         assert error_for(json.dumps({**CONFIG, "seed": -1}))["param"] == "seed"
         assert error_for(json.dumps({**CONFIG, "text_mode": "letters"}))["param"] == "text_mode"
+        assert error_for(json.dumps({**CONFIG, "framing": "sip"}))["param"] == "framing"
+        assert error_for(json.dumps({**CONFIG, "framing": "twilio"}))["param"] == "stream_sid"
+        twilio = {**CONFIG, "framing": "twilio", "stream_sid": "MZ1"}
+        assert error_for(json.dumps({**twilio, "response_format": "pcm"}))["param"] == "response_format"
+        assert error_for(json.dumps({**twilio, "sample_rate": 16000}))["param"] == "sample_rate"
         ws.send(json.dumps({**CONFIG, "voice": "nobody"}))
         ws.send(json.dumps({"type": "text", "text": "Hi."}))
         ws.send(json.dumps({"type": "flush"}))

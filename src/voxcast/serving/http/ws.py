@@ -6,7 +6,12 @@ Client -> server, JSON text messages (``type`` says which):
   ``response_format`` = ``pcm`` | ``mulaw`` | ``alaw``, ``sample_rate``, ``language``, ``instruct``,
   ``seed``, sampling...; the request schema checks them) plus ``frame_ms`` (e.g. 20: audio is sent in
   frames of exactly that length, as telephony transports expect; the last frame of an utterance is
-  padded with silence) and ``text_mode``. Required before the first text.
+  padded with silence), ``text_mode`` and ``framing``. Required before the first text.
+  ``framing`` ``twilio`` (with the call's ``stream_sid``) sends what a Twilio Media Streams bridge
+  forwards to Twilio unchanged: each 20 ms frame of 8 kHz mu-law as ``{"event": "media",
+  "streamSid", "media": {"payload": base64}}``, a mark's echo as ``{"event": "mark", "streamSid",
+  "mark": {"name"}}`` (Twilio echoes it again once that audio has played) and, on ``clear``,
+  ``{"event": "clear", "streamSid"}`` before ``cleared``; voxcast's own events keep their ``type``.
 - ``text`` (``{"type": "text", "text": "..."}``): a delta, any size, split anywhere (inside words and
   multi-byte characters too). With ``text_mode`` ``words`` (the default) the deltas up to the next
   ``flush`` are one utterance fed to the model as they arrive (``Service.open``): audio starts once
@@ -39,6 +44,7 @@ end of speech, an error).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -76,6 +82,9 @@ _STALL_S = 10.0
 
 
 _TEXT_MODES = ("words", "sentences")
+_FRAMINGS = ("raw", "twilio")
+_SOCKET_FIELDS = ("type", "frame_ms", "text_mode", "framing", "stream_sid")
+"""Config fields of the socket itself (the rest are request fields)."""
 
 
 @dataclass
@@ -99,10 +108,27 @@ class _Mark:
 
 
 class _Framer:
-    """Re-cuts a byte stream into frames of exactly ``size`` bytes (``size`` 0: passes it through)."""
+    """Re-cuts a byte stream into frames of exactly ``size`` bytes (``size`` 0: passes it through),
+    and wraps each frame and mark as its framing sends them: raw (binary messages, voxcast's
+    ``mark`` event) or Twilio Media Streams (``stream_sid`` set: JSON ``media`` and ``mark`` events
+    a bridge forwards to Twilio unchanged)."""
 
-    def __init__(self, size: int, silence: bytes) -> None:
+    def __init__(self, size: int, silence: bytes, stream_sid: str | None = None) -> None:
         self.size, self.silence, self.rest = size, silence, b""
+        self.stream_sid = stream_sid
+
+    def message(self, frame: bytes) -> dict[str, Any] | bytes:
+        """What one frame is sent as."""
+        if self.stream_sid is None:
+            return frame
+        payload = base64.b64encode(frame).decode("ascii")
+        return {"event": "media", "streamSid": self.stream_sid, "media": {"payload": payload}}
+
+    def mark(self, name: Any) -> dict[str, Any]:
+        """The echo of a client's mark, after the audio before it."""
+        if self.stream_sid is None:
+            return {"type": "mark", "name": name}
+        return {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}}
 
     def feed(self, data: bytes) -> list[bytes]:
         if not self.size:
@@ -262,6 +288,8 @@ class SpeechSocket:
                 self._took(self.queue.get_nowait())
             self._stop_current()
             self._out.drop()
+            if self._out.stream_sid is not None:  # forwarded to Twilio: it drops the audio it holds
+                await self.send({"event": "clear", "streamSid": self._out.stream_sid})
             await self.send({"type": "cleared"})
         elif kind == "close":
             await self._queue_sentences(final=True)
@@ -274,7 +302,24 @@ class SpeechSocket:
         return False
 
     def _configure(self, msg: dict[str, Any]) -> None:
-        fields = {k: v for k, v in msg.items() if k not in ("type", "frame_ms", "text_mode")}
+        fields = {k: v for k, v in msg.items() if k not in _SOCKET_FIELDS}
+        framing = msg.get("framing", "raw")
+        if framing not in _FRAMINGS:
+            raise InvalidRequest("framing must be raw or twilio", field="framing")
+        stream_sid = None
+        if framing == "twilio":  # Twilio Media Streams: 8 kHz mu-law in 20 ms frames, JSON events
+            stream_sid = msg.get("stream_sid")
+            if not isinstance(stream_sid, str) or not 0 < len(stream_sid) <= 128:
+                raise InvalidRequest(
+                    "framing twilio needs the call's stream_sid (a string)", field="stream_sid"
+                )
+            fields.setdefault("response_format", "mulaw")
+            msg = {"frame_ms": 20, **msg}
+            if fields["response_format"] != "mulaw" or fields.get("sample_rate", 8000) != 8000:
+                raise InvalidRequest(
+                    "framing twilio sends 8 kHz mu-law: response_format mulaw, sample_rate 8000",
+                    field="response_format" if fields["response_format"] != "mulaw" else "sample_rate",
+                )
         fields.setdefault("response_format", "pcm")
         fmt = str(fields["response_format"])
         if fmt not in {f.value for f in _RAW}:
@@ -292,7 +337,7 @@ class SpeechSocket:
         width, silence = _RAW[AudioFormat(fmt)]
         size = parsed.sample_rate * frame_ms // 1000 * width
         self._close_utterance()  # an utterance under way keeps its settings and ends here
-        self.framer = _Framer(size, silence)
+        self.framer = _Framer(size, silence, stream_sid)
         self.config = fields
         self.text_mode = text_mode
 
@@ -346,7 +391,7 @@ class SpeechSocket:
     async def _flush_frames(self) -> None:
         """The partial frame left of the audio sent so far, padded (fixed framing only)."""
         for frame in self._out.finish():
-            await self.send(frame)
+            await self.send(self._out.message(frame))
 
     async def _speak(self) -> None:
         while True:
@@ -361,7 +406,7 @@ class SpeechSocket:
                 continue  # cleared while queued
             if isinstance(item, _Mark):
                 await self._flush_frames()  # all audio before the mark, its last frame included
-                await self.send({"type": "mark", "name": item.name})
+                await self.send(self._out.mark(item.name))
                 continue
             if item.framer is not self._out:  # a new config: the old framing ends first
                 await self._flush_frames()
@@ -444,7 +489,7 @@ class SpeechSocket:
                 for frame in frames:
                     if item.epoch != self.epoch:  # nothing of a cleared sentence after "cleared"
                         break
-                    await self.send(frame)
+                    await self.send(self._out.message(frame))
         except VoxcastError as e:
             await self.send({**_err(e), "segment": segment})
             return
