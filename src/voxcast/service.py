@@ -429,6 +429,7 @@ class Service:
             engine.load_voice,
             speakers=engine.speakers,
             max_cache_bytes=int(config.storage.voice_cache_mb * 1024 * 1024),
+            recheck_s=config.storage.voice_recheck_s,
             persist_in_background=True,  # a new reference's first audio does not wait for the store
         )
         return cls(config, engine, store, voices, AudioCache(store), metrics, watermarker)

@@ -193,6 +193,30 @@ def test_list_info_delete_and_builtins(blob_store: BlobStore) -> None:
     assert [v.voice_id for v in reg.list_voices()] == ["Ryan", "Vivian"]
 
 
+def test_a_voice_deleted_through_another_worker_stops_within_recheck_s(blob_store: BlobStore) -> None:
+    """Withdrawn consent: a voice deleted through one worker stops speaking on another that holds
+    it in memory once ``recheck_s`` has passed (one existence check in the store; none before)."""
+    now = [0.0]
+    a = _registry(blob_store, CountingBuilder())
+    b = _registry(blob_store, CountingBuilder(), recheck_s=30.0, clock=lambda: now[0])
+    vid = a.register(AUDIO, "hello")
+    assert b.lookup(vid)[1] is False and b.lookup(vid)[1] is True  # loaded, then from memory
+    assert a.delete(vid)
+    now[0] = 29.0
+    assert b.lookup(vid)[1] is True  # still trusted (no store call within recheck_s)
+    now[0] = 31.0
+    with pytest.raises(VoiceNotFound) as err:
+        b.lookup(vid)
+    assert err.value.field == "voice" and "deleted" in err.value.message
+    assert vid not in b._lru  # and not held any longer
+    kept = a.register(AUDIO, "kept")
+    assert b.lookup(kept)[1] is False
+    now[0] = 100.0
+    assert b.lookup(kept)[1] is True  # due for a check, found, trusted again
+    always = _registry(blob_store, CountingBuilder(), recheck_s=0.0)
+    assert always.lookup(kept)[1] is False and always.lookup(kept)[1] is True
+
+
 def test_lru_is_bounded_in_bytes(local_store: BlobStore) -> None:
     one = len(CountingBuilder()(AUDIO, None, True).to_bytes())
     reg = _registry(local_store, CountingBuilder(), max_cache_bytes=int(2.5 * one))

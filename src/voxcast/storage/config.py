@@ -39,6 +39,9 @@ class StorageConfig:
             ``$XDG_CACHE_HOME/voxcast/store`` or ``~/.cache/voxcast/store``).
         local_fsync: fsync local writes before publishing them (``VOXCAST_STORAGE_FSYNC``, on).
         voice_cache_mb: in-memory LRU budget for voice prompts (``VOXCAST_VOICE_CACHE_MB``, 256).
+        voice_recheck_s: a voice prompt held in memory longer than this is checked in the store
+            (one existence check) before its next use, so a voice deleted through any worker stops
+            speaking everywhere within this time (``VOXCAST_VOICE_RECHECK_S``, 30; 0: every use).
     """
 
     bucket: str | None = None
@@ -57,6 +60,7 @@ class StorageConfig:
     local_dir: str = "~/.cache/voxcast/store"
     local_fsync: bool = True
     voice_cache_mb: float = 256.0
+    voice_recheck_s: float = 30.0
 
     def __post_init__(self) -> None:
         prefix = self.prefix.strip("/")
@@ -97,4 +101,5 @@ class StorageConfig:
             local_dir=env_str(env, "VOXCAST_STORAGE_DIR") or f"{cache_home}/voxcast/store",
             local_fsync=env_bool(env, "VOXCAST_STORAGE_FSYNC", True),
             voice_cache_mb=env_float(env, "VOXCAST_VOICE_CACHE_MB", 256.0, positive=True),
+            voice_recheck_s=env_float(env, "VOXCAST_VOICE_RECHECK_S", 30.0, lo=0.0),
         )

@@ -134,7 +134,9 @@ class VoiceRegistry(Generic[P]):
         *,
         speakers: Iterable[str] = (),
         max_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        recheck_s: float | None = None,
         persist_in_background: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.model_identity = model_identity
@@ -143,6 +145,11 @@ class VoiceRegistry(Generic[P]):
         self._loader = loader
         self._speakers = {s.lower(): s for s in speakers}
         self._lru: ByteLRU[P] = ByteLRU(max_cache_bytes)
+        #: Seconds a prompt in memory is trusted before the store is asked whether it still exists
+        #: (another worker may have deleted it); None: never asked.
+        self.recheck_s = recheck_s
+        self._clock = clock
+        self._seen: dict[str, float] = {}  # voice id -> when the store last had it (clock)
         self._unpersisted: set[str] = set()
         self._writer = BackgroundWriter("voxcast-voice-writer") if persist_in_background else None
         self._writing: set[str] = set()  # queued on or being written by the background writer
@@ -300,6 +307,22 @@ class VoiceRegistry(Generic[P]):
 
     def _remember(self, voice_id: str, prompt: P, serialized_size: int) -> None:
         self._lru.put(voice_id, prompt, max(serialized_size, _memory_size(prompt)))
+        self._seen[voice_id] = self._clock()
+        if len(self._seen) > 2 * len(self._lru) + 64:  # forget the times of voices the LRU let go
+            self._seen = {k: t for k, t in self._seen.items() if k in self._lru}
+
+    def _still_stored(self, voice_id: str) -> bool:
+        """Whether a voice held in memory may be used: not yet due for a check, still being written
+        by this process, or found in the store now (then trusted for ``recheck_s`` again)."""
+        if self.recheck_s is None or voice_id in self._unpersisted or voice_id in self._writing:
+            return True
+        now, seen = self._clock(), self._seen.get(voice_id)
+        if seen is not None and now - seen < self.recheck_s:
+            return True
+        if not self.store.exists(voice_keys(self.model_identity, voice_id)[0]):
+            return False
+        self._seen[voice_id] = now
+        return True
 
     # -- lookup ----------------------------------------------------------------------------
 
@@ -317,7 +340,11 @@ class VoiceRegistry(Generic[P]):
         self._check_id(voice_id)
         cached = self._lru.get(voice_id)
         if cached is not None:
-            return cached, True
+            if self._still_stored(voice_id):
+                return cached, True
+            self._lru.discard(voice_id)  # deleted through another worker
+            self._seen.pop(voice_id, None)
+            raise VoiceNotFound(f"voice {voice_id!r} is not registered (it was deleted)", field="voice")
         prompt_key, _ = voice_keys(self.model_identity, voice_id)
         try:
             with self.store.open_stream(prompt_key) as stream:
@@ -416,7 +443,8 @@ class VoiceRegistry(Generic[P]):
     def delete(self, voice_id: str) -> bool:
         """Remove a registered voice everywhere (store + this process's LRU).
 
-        Other workers may keep it in their LRU until evicted or restarted.
+        Other workers stop using it within ``recheck_s`` (they ask the store before using a voice
+        held in memory longer than that).
 
         Returns:
             False if it was not registered.
@@ -428,6 +456,7 @@ class VoiceRegistry(Generic[P]):
         self.flush()  # a queued write of this voice must not bring it back
         prompt_key, meta_key = voice_keys(self.model_identity, voice_id)
         self._lru.discard(voice_id)
+        self._seen.pop(voice_id, None)
         self._unpersisted.discard(voice_id)
         existed = self.store.exists(prompt_key)
         self.store.delete(prompt_key)
@@ -438,6 +467,7 @@ class VoiceRegistry(Generic[P]):
         """Forget the voice prompts held in memory (the engine unloaded: they hold its tensors); the
         store keeps every voice, and the next request of one loads it again."""
         self._lru.clear()
+        self._seen.clear()
 
     @property
     def cached_bytes(self) -> int:
