@@ -38,6 +38,8 @@ class StorageConfig:
         local_dir: directory of the local store (``VOXCAST_STORAGE_DIR``; default
             ``$XDG_CACHE_HOME/voxcast/store`` or ``~/.cache/voxcast/store``).
         local_fsync: fsync local writes before publishing them (``VOXCAST_STORAGE_FSYNC``, on).
+        local_max_render_gb: the local store's cap on rendered audio, oldest deleted first
+            (``VOXCAST_STORAGE_MAX_RENDER_GB``, 10; 0: none). Voices and libraries are never deleted.
         voice_cache_mb: in-memory LRU budget for voice prompts (``VOXCAST_VOICE_CACHE_MB``, 256).
         voice_recheck_s: a voice prompt held in memory longer than this is checked in the store
             (one existence check) before its next use, so a voice deleted through any worker stops
@@ -59,6 +61,7 @@ class StorageConfig:
     profile: str | None = None
     local_dir: str = "~/.cache/voxcast/store"
     local_fsync: bool = True
+    local_max_render_gb: float = 10.0
     voice_cache_mb: float = 256.0
     voice_recheck_s: float = 30.0
 
@@ -100,6 +103,7 @@ class StorageConfig:
             profile=env_str(env, "AWS_PROFILE"),
             local_dir=env_str(env, "VOXCAST_STORAGE_DIR") or f"{cache_home}/voxcast/store",
             local_fsync=env_bool(env, "VOXCAST_STORAGE_FSYNC", True),
+            local_max_render_gb=env_float(env, "VOXCAST_STORAGE_MAX_RENDER_GB", 10.0, lo=0.0),
             voice_cache_mb=env_float(env, "VOXCAST_VOICE_CACHE_MB", 256.0, positive=True),
             voice_recheck_s=env_float(env, "VOXCAST_VOICE_RECHECK_S", 30.0, lo=0.0),
         )

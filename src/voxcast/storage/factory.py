@@ -27,4 +27,5 @@ def open_store(config: StorageConfig, *, check_bucket: bool = True) -> BlobStore
         from voxcast.storage.s3 import S3BlobStore  # boto3 is imported only when S3 is configured
 
         return S3BlobStore.from_config(config, check_bucket=check_bucket)
-    return LocalBlobStore(config.local_dir, fsync=config.local_fsync)
+    cap = int(config.local_max_render_gb * 1e9) or None
+    return LocalBlobStore(config.local_dir, fsync=config.local_fsync, max_render_bytes=cap)

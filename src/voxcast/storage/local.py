@@ -42,6 +42,7 @@ from voxcast.storage.base import (
     check_metadata,
 )
 from voxcast.storage.keys import validate_key
+from voxcast.storage.retention import RenderRetention
 
 __all__ = ["LocalBlobStore"]
 
@@ -82,11 +83,19 @@ class LocalBlobStore(BlobStore):
     Args:
         root: the store's directory.
         fsync: flush each written file to disk before publishing it (durable across power loss).
+        max_render_bytes: a cap on rendered audio (``renders/``, ``audio/``); the oldest renders
+            are deleted past it (:mod:`voxcast.storage.retention`). None: no cap.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, fsync: bool = True, max_render_bytes: int | None = None
+    ) -> None:
         self.root = Path(root).expanduser().resolve()
         self.fsync = fsync
+        #: The cap on rendered audio, or None.
+        self.retention = (
+            RenderRetention(self.root, self.root / _META_DIR, max_render_bytes) if max_render_bytes else None
+        )
         try:
             (self.root / _TMP_DIR).mkdir(parents=True, exist_ok=True)
             (self.root / _META_DIR).mkdir(exist_ok=True)
@@ -142,6 +151,8 @@ class LocalBlobStore(BlobStore):
             else:
                 os.replace(body, path)
             self._write_sidecar(key, meta, len(data), hashlib.sha256(data).hexdigest(), ino)
+            if self.retention is not None and self.retention.applies(key):
+                self.retention.wrote(len(data))
             return True
         except OSError as e:
             raise StorageError(f"writing {key!r} to {self.root} failed: {e}") from e
