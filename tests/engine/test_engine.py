@@ -188,7 +188,7 @@ def test_timing_record_is_complete(cv_engine: Engine) -> None:
     )
     assert timing.rtf == pytest.approx(timing.total_ms / 1000 / timing.audio_s)
     assert timing.extra["seed"] == 2
-    assert timing.stalls >= 0 and timing.finish_reason == "max_frames"
+    assert timing.finish_reason == "max_frames"
 
 
 @pytest.mark.parametrize(

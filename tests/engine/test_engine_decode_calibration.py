@@ -75,24 +75,30 @@ def test_calibration_workload_runs_into_full_chunks(engine: Engine) -> None:
     assert len({r.request_id for r, _ in reqs}) == 2
 
 
-def _slow_decoders(monkeypatch: pytest.MonkeyPatch, eng: Engine, seconds: float) -> None:
-    """Every chunk decode also sleeps (releasing the GIL, as torch kernels do)."""
-    real = eng.model.new_decoder
-
-    class Slow:
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        def decode(self, codes: Any) -> np.ndarray:
-            time.sleep(seconds)
-            return self.inner.decode(codes)
-
-    monkeypatch.setattr(eng.model, "new_decoder", lambda voice=None, seed=None: Slow(real(voice)))
-
-
 def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding inline costs the frame loop its time (10 s a job on the clock the calibration reads,
+    not slept: no load on the host can make inline win); on the thread it overlaps."""
     before = _audio(engine)
-    _slow_decoders(monkeypatch, engine, 0.05)
+    real_stage = scheduler_module.DecodeStage
+    late = {"s": 0.0}
+    monkeypatch.setattr(
+        warmup_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["s"])
+    )
+
+    def stage(threaded: bool, torch_threads: int = 0, **kwargs: Any) -> Any:
+        made = real_stage(threaded, torch_threads, **kwargs)
+        if not threaded:
+            run = made.run
+
+            def slow_run(job: Any, on_error: Any) -> None:
+                late["s"] += 10.0
+                run(job, on_error)
+
+            made.run = slow_run  # type: ignore[method-assign]
+        return made
+
+    monkeypatch.setattr(scheduler_module, "DecodeStage", stage)
+    engine.use_decode_thread(True)  # so the calibration's inline runs get a (slow) stage of their own
     assert engine.calibrate_decode_thread(rounds=1) is True
     cal = engine.decode_calibration
     assert cal is not None and cal["decode_thread"] is True and cal["on_ms"] < cal["off_ms"]

@@ -138,7 +138,7 @@ def test_stream_ends_after_its_last_chunk_with_complete_timing(
     assert 0 < timing.ttfa_ms <= timing.total_ms
     t_submit = chunks[0].t_emit - timing.ttfa_ms / 1000
     assert timing.total_ms >= (chunks[-1].t_emit - t_submit) * 1000 - 1e-3
-    assert timing.audio_s == pytest.approx(9 * 0.08) and timing.stalls >= 0
+    assert timing.audio_s == pytest.approx(9 * 0.08)
 
 
 def test_a_failing_decode_fails_only_its_stream(

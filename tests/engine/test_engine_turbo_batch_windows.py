@@ -1,8 +1,8 @@
 """The engine decoding several Turbo streams' chunks in one call (``VOXCAST_TURBO_BATCH_WINDOWS``; their
 S3Gen flow windows batched), tiny checkpoint without a stop bias, on a CPU: concurrent streams give the
 audio they give with it off (up to float rounding of the batched flow), and batched calls of more than
-one stream really ran. Inline (no decode thread) each round's later chunks are decoded together, so
-the count is deterministic; with a decode thread chunks batch only when they queue up."""
+one stream really ran. Inline (no decode thread) each round's later chunks are decoded together; with
+a decode thread chunks batch when they queue up, so the test holds the first batch until they do."""
 
 from __future__ import annotations
 
@@ -27,6 +27,28 @@ def _concurrent(engine: Engine) -> list[np.ndarray]:
     return audio_together(engine, requests)
 
 
+def _hold_the_first_batch(engine: Engine) -> None:
+    """On a decode thread: the first batched decode waits until two more batchable chunks were
+    queued behind it, so chunks of several streams are waiting when it returns (not left to timing)."""
+    stage = engine._scheduler._decode
+    model = engine.model
+    queued, more = [0], threading.Event()
+    run_batched, decode_many = stage.run_batched, model.decode_many  # type: ignore[attr-defined]
+
+    def counted(*args: object, **kwargs: object) -> None:
+        queued[0] += 1
+        if queued[0] >= 3:
+            more.set()
+        run_batched(*args, **kwargs)  # type: ignore[arg-type]
+
+    def held(*args: object, **kwargs: object) -> object:
+        more.wait(30)  # a bound: a hang becomes a failure below
+        return decode_many(*args, **kwargs)
+
+    stage.run_batched = counted  # type: ignore[method-assign]
+    model.decode_many = held  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("decode_thread", ["off", "on"])
 def test_batched_decodes_equal_the_engine_without_them(turbo_nostop_dir: Path, decode_thread: str) -> None:
     runs, counts = {}, {}
@@ -41,6 +63,8 @@ def test_batched_decodes_equal_the_engine_without_them(turbo_nostop_dir: Path, d
         engine = Engine.load(config)
         try:
             assert engine.capabilities.decodes_together is batch
+            if batch and decode_thread == "on":
+                _hold_the_first_batch(engine)
             runs[batch] = _concurrent(engine)
             scheduler = engine._scheduler
             counts[batch] = (scheduler.decode_batches, scheduler.decode_batch_rows)
@@ -48,8 +72,7 @@ def test_batched_decodes_equal_the_engine_without_them(turbo_nostop_dir: Path, d
             engine.close()
     assert counts[False] == (0, 0)
     batches, rows = counts[True]
-    if decode_thread == "off":  # inline: every round's later chunks together
-        assert batches > 0 and rows > batches, counts
+    assert batches > 0 and rows > batches, counts  # calls of several streams' chunks ran
     for a, b in zip(runs[False], runs[True], strict=True):
         assert len(a) == (FRAMES + 3) * 960  # 30 tokens + the silence tail
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)

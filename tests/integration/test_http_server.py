@@ -160,10 +160,13 @@ def test_openai_sdk_sse_deltas_and_done_with_usage_and_timing(
     assert done["result"]["request_id"] == done["request_id"]
 
 
-def test_a_cache_hit_streams_the_same_bytes(client: openai.OpenAI) -> None:
+def test_a_cache_hit_streams_the_same_bytes(client: openai.OpenAI, server: tuple[str, Any, Recorder]) -> None:
     extra = {"seed": 11, "max_frames": 5}
     first = client.audio.speech.create(**SAY, response_format="wav", extra_body=extra).content
+    miss = ended(server[2].streams[-1])
     again = client.audio.speech.create(**SAY, response_format="wav", extra_body=extra).content
+    hit = ended(server[2].streams[-1])
+    assert not miss.timing.cache_hit and hit.timing.cache_hit  # the second came from the cache
     # the miss streamed a header of unknown sizes, and so does the hit: the same audio, the same bytes
     assert first[:4] == b"RIFF" and first[4:8] == b"\xff" * 4 and again == first
 

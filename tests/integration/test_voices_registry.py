@@ -213,8 +213,11 @@ def test_a_voice_deleted_through_another_worker_stops_within_recheck_s(blob_stor
     assert b.lookup(kept)[1] is False
     now[0] = 100.0
     assert b.lookup(kept)[1] is True  # due for a check, found, trusted again
-    always = _registry(blob_store, CountingBuilder(), recheck_s=0.0)
+    always = _registry(blob_store, CountingBuilder(), recheck_s=0.0, clock=lambda: now[0])
     assert always.lookup(kept)[1] is False and always.lookup(kept)[1] is True
+    assert a.delete(kept)
+    with pytest.raises(VoiceNotFound):  # 0: checked on every use, no time needs to pass
+        always.lookup(kept)
 
 
 def test_lru_is_bounded_in_bytes(local_store: BlobStore) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from voxcast.errors import StorageError
+from voxcast.errors import InvalidRequest, StorageError
 from voxcast.storage import LocalBlobStore, StorageConfig, open_store
 
 
@@ -53,8 +53,9 @@ def test_bad_values_name_the_variable(env: dict[str, str]) -> None:
 
 
 def test_bad_prefix_rejected() -> None:
-    with pytest.raises(Exception, match="unsafe"):
+    with pytest.raises(InvalidRequest, match="unsafe") as err:
         StorageConfig.from_env({"VOXCAST_S3_PREFIX": "a/../b"})
+    assert err.value.field == "VOXCAST_S3_PREFIX"
 
 
 def test_open_store_local(tmp_path: Path) -> None:

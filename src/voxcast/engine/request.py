@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 MAX_TEXT_CHARS = 5000
-"""Longest accepted text. Longer input should be split by the caller (or a long-text job)."""
+"""Longest accepted text (characters). Longer input should be split by the caller (a prompt library, or one request per part)."""
 
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
