@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.fixtures.engines import audio_together, sharing_steps
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.errors import InvalidRequest
@@ -68,18 +68,13 @@ def test_seeds(engine: Engine) -> None:
 def test_concurrent_streams_match_one_at_a_time(engine: Engine) -> None:
     seeds = [21, 22, 23]
     alone = {s: _run(engine, seed=s)[0] for s in seeds}
-    together: dict[int, np.ndarray] = {}
-
-    def worker(seed: int) -> None:
-        together[seed] = _run(engine, seed=seed)[0]
-
-    threads = [threading.Thread(target=worker, args=(s,)) for s in seeds]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    for s in seeds:
-        assert np.array_equal(together[s], alone[s])
+    requests = [{"text": "Hello there, how are you today?", "seed": s} for s in seeds]
+    with sharing_steps(engine, len(seeds)) as ran:
+        together = audio_together(engine, requests)
+        steps, rows = ran()
+    assert rows > steps  # they did run together
+    for s, audio in zip(seeds, together, strict=True):
+        assert np.array_equal(audio, alone[s])
 
 
 def test_cancel_ends_the_stream_and_the_engine_keeps_serving(engine: Engine) -> None:

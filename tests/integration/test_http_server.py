@@ -22,7 +22,7 @@ import openai
 import pytest
 import soundfile as sf
 
-from tests.fixtures.engines import reference_wav
+from tests.fixtures.engines import reference_wav, sharing_steps
 from tests.fixtures.http_server import Recorder, ended, loading_holder, running
 from voxcast.audio.pcm import float_to_int16
 from voxcast.audio.stretch import stretch
@@ -374,7 +374,7 @@ def test_a_client_that_stops_reading_is_cancelled_and_counted(tiny_service: Serv
 
 
 def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(
-    client: openai.OpenAI, server: tuple[str, Any, Recorder]
+    client: openai.OpenAI, server: tuple[str, Any, Recorder], tiny_service: Service
 ) -> None:
     disconnected = server[1].state.counters.disconnected
 
@@ -383,8 +383,10 @@ def test_eight_concurrent_streams_equal_the_same_requests_one_at_a_time(
         return client.audio.speech.create(**SAY, response_format="pcm", extra_body=extra).content
 
     alone = [say(seed) for seed in range(8)]
-    with ThreadPoolExecutor(8) as pool:
+    with sharing_steps(tiny_service.engine, 8) as ran, ThreadPoolExecutor(8) as pool:
         together = list(pool.map(say, range(8)))
+        steps, rows = ran()
+    assert rows > steps  # they shared the engine's steps
     assert together == alone
     assert len(set(alone)) == 8
     assert server[1].state.counters.disconnected == disconnected  # complete responses are not "gone"
