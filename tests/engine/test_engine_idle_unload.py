@@ -109,11 +109,11 @@ def test_requests_arriving_together_after_an_unload_load_it_once(tiny_model_dir:
 
 def test_a_long_stream_is_never_unloaded_under_it(tiny_model_dir: Factory) -> None:
     engine = Engine.load(
-        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=1.0)
+        EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False, idle_unload_s=0.5)
     )
     phases: list[tuple[float, str]] = []
     engine.on_phase = lambda phase: phases.append((time.monotonic(), phase))
-    try:
+    try:  # 400 frames: ~2.8 s on a 2-core Zen 4, several times the idle limit on any CPU it runs on
         stream = engine.synthesize({"text": "Hello there.", "voice": "ryan", "seed": 1, "max_frames": 400})
         frames, t_first, t_last = 0, 0.0, 0.0
         for chunk in stream:
@@ -121,11 +121,12 @@ def test_a_long_stream_is_never_unloaded_under_it(tiny_model_dir: Factory) -> No
             frames += chunk.frames
         t_last = time.monotonic()
         assert frames == 400 and stream.timing.finish_reason == "max_frames"
-        assert t_last - t_first > 1.0, "the stream must outlast the idle limit for this test to mean anything"
+        assert t_last - t_first > 0.5, "the stream must outlast the idle limit for this test to mean anything"
         assert not [p for t, p in phases if p == "unloaded" and t_first <= t <= t_last]
-        # and the idle clock starts when the stream ends, not when it started
-        wait_until(lambda: time.monotonic() > t_last + 0.5)
-        assert not [t for t, p in phases if p == "unloaded" and t < t_last + 0.9]
+        # and the idle clock starts when the stream ends, not when it started (a late check is
+        # possible under load, an early one is not)
+        wait_until(lambda: time.monotonic() > t_last + 0.25)
+        assert not [t for t, p in phases if p == "unloaded" and t < t_last + 0.4]
     finally:
         engine.close()
 
