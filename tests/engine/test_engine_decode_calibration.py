@@ -75,30 +75,35 @@ def test_calibration_workload_runs_into_full_chunks(engine: Engine) -> None:
     assert len({r.request_id for r, _ in reqs}) == 2
 
 
-def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decoding inline costs the frame loop its time (10 s a job on the clock the calibration reads,
-    not slept: no load on the host can make inline win); on the thread it overlaps."""
-    before = _audio(engine)
+def _costly_decodes(monkeypatch: pytest.MonkeyPatch, threaded: bool) -> None:
+    """Each decode job run by a stage that is (``threaded``) or is not on a thread adds 10 s to the
+    clock the calibration reads: a cost no load on the host can outweigh (nothing sleeps)."""
     real_stage = scheduler_module.DecodeStage
     late = {"s": 0.0}
     monkeypatch.setattr(
         warmup_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["s"])
     )
 
-    def stage(threaded: bool, torch_threads: int = 0, **kwargs: Any) -> Any:
-        made = real_stage(threaded, torch_threads, **kwargs)
-        if not threaded:
+    def stage(on_thread: bool, torch_threads: int = 0, **kwargs: Any) -> Any:
+        made = real_stage(on_thread, torch_threads, **kwargs)
+        if on_thread == threaded:
             run = made.run
 
-            def slow_run(job: Any, on_error: Any) -> None:
+            def costly_run(job: Any, on_error: Any) -> None:
                 late["s"] += 10.0
                 run(job, on_error)
 
-            made.run = slow_run  # type: ignore[method-assign]
+            made.run = costly_run  # type: ignore[method-assign]
         return made
 
     monkeypatch.setattr(scheduler_module, "DecodeStage", stage)
-    engine.use_decode_thread(True)  # so the calibration's inline runs get a (slow) stage of their own
+
+
+def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding inline costs the frame loop its time; on the thread it overlaps."""
+    before = _audio(engine)
+    _costly_decodes(monkeypatch, threaded=False)
+    engine.use_decode_thread(True)  # so the calibration's inline runs get a (costly) stage of their own
     assert engine.calibrate_decode_thread(rounds=1) is True
     cal = engine.decode_calibration
     assert cal is not None and cal["decode_thread"] is True and cal["on_ms"] < cal["off_ms"]
@@ -108,29 +113,9 @@ def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytes
 
 
 def test_inline_kept_when_the_thread_costs_more(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decode stage whose worker is slow to pick up jobs loses the comparison. The delay is added to
-    the clock the calibration reads (10 s a job), not slept, so no load on the host can make the
-    thread win."""
+    """A decode stage whose worker is slow to pick up jobs loses the comparison."""
     before = _audio(engine)
-    real_stage = scheduler_module.DecodeStage
-    late = {"s": 0.0}
-    monkeypatch.setattr(
-        warmup_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["s"])
-    )
-
-    def stage(threaded: bool, torch_threads: int = 0, **kwargs: Any) -> Any:
-        made = real_stage(threaded, torch_threads, **kwargs)
-        if threaded:
-            run = made.run
-
-            def late_run(job: Any, on_error: Any) -> None:
-                late["s"] += 10.0
-                run(job, on_error)
-
-            made.run = late_run  # type: ignore[method-assign]
-        return made
-
-    monkeypatch.setattr(scheduler_module, "DecodeStage", stage)
+    _costly_decodes(monkeypatch, threaded=True)
     assert engine.calibrate_decode_thread(rounds=1) is False
     assert not engine.decode_threaded
     monkeypatch.undo()

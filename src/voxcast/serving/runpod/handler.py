@@ -61,9 +61,6 @@ AGGREGATE_WARN_BYTES = 16 * 1024 * 1024
 """With aggregation on, a job whose messages' audio passes this is warned of (RunPod: ``/runsync``
 output <= 20 MB)."""
 
-"""After the engine died, the worker exits this long after reporting the job's error (so the done
-POST goes out first); RunPod then replaces the container instead of sending it more jobs."""
-
 
 class _RegisterVoiceInput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
