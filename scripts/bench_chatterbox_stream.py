@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchlib import machine_info, use_checkout  # noqa: E402
+from benchlib import machine_info, turbo_checkpoint, use_checkout  # noqa: E402
 
 use_checkout()
 
@@ -118,9 +118,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-stream.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)  # random weights drive HiFT into denormals
-    from bench_chatterbox_turbo import build
-
-    folder = args.model or build(ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
+    folder = args.model or turbo_checkpoint(args.size)
     model = ChatterboxTurbo.from_pretrained(folder, LoadOptions())
     settings = StreamSettings(
         left=args.left, right=args.right, prompt_tokens=args.prompt_tokens, prompt_cache=args.prompt_cache

@@ -29,7 +29,7 @@ import soundfile as sf
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchlib import machine_info, use_checkout  # noqa: E402
+from benchlib import machine_info, turbo_checkpoint, use_checkout  # noqa: E402
 
 use_checkout()
 
@@ -39,18 +39,6 @@ from voxcast.engine.engine import Engine  # noqa: E402
 from voxcast.testing.signals import speech_like  # noqa: E402
 
 TEXT = "Thank you for calling the support line. Your call matters to us, so please stay on the line."
-
-
-def build(folder: Path, size: str) -> Path:
-    """A random checkpoint without a stop bias (utterances run to their frame limit)."""
-    from voxcast.testing.chatterbox_turbo import make_t3
-    from voxcast.testing.chatterbox_turbo_layout import make_checkpoint
-
-    if not (folder / ".complete").is_file():
-        make_checkpoint(folder, size, seed=0)
-        make_t3(folder, size=size, seed=0, stop_bias=-20.0)
-        (folder / ".complete").write_text("ok\n")
-    return folder
 
 
 def run_stream(engine: Engine, voice: Any, tokens: int, seed: int) -> dict[str, Any]:
@@ -169,7 +157,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "chatterbox-turbo.json")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
-    folder = build(args.model or ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
+    folder = turbo_checkpoint(args.size, args.model)
     t0 = time.perf_counter()
     engine = Engine.load(
         EngineConfig(

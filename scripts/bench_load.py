@@ -23,10 +23,16 @@ peak memory (GPU where the model runs on CUDA, else the server's resident memory
 so a level whose requests are refused is not capacity, however fast the served ones started: a
 refused request counts as not served. A refused client does not retry.
 
+The JSON also has each run's ``startup``: the seconds from spawning the server (or loading the engine
+in process) to ready, and the first request's first audio after that (a serverless cold start).
+``--family chatterbox_turbo`` runs Chatterbox Turbo (``--size tiny`` or ``full``, its built-in voice).
+
 Writes ``<out>/load-<label>.json`` and a PNG of p95 first audio against the request rate.
 
     python scripts/bench_load.py --size tiny --rates 1,2,4 --duration 20
     python scripts/bench_load.py --size 0.6b --quant int8 --transport inprocess --concurrency 1,2,4
+    python scripts/bench_load.py --family chatterbox_turbo --size full --device cuda --dtype bfloat16 \
+        --rates 1,2,4 --ttfa-ms 300
     python scripts/bench_load.py --model /models/Qwen3-TTS-12Hz-1.7B-CustomVoice --device cuda \
         --dtype bfloat16 --rates 5,10,15,20,25 --duration 60
 """
@@ -145,9 +151,14 @@ def _finish(res: Result, play: Playback, t_sched: float, t_end: float) -> Result
     return res
 
 
+#: Seconds of speech a word (about 2.5 words a second): a random checkpoint's requests are capped at it.
+SECONDS_PER_WORD = 0.4
+
+
 def frames_for(text: str, frames_per_word: float, cap: int) -> int | None:
     """A request's frame cap: random checkpoints never end an utterance by themselves, so they get the
-    length real speech would have (about 2.5 words a second: 5 frames a word at 12.5 Hz); 0 = none."""
+    length real speech would have (:data:`SECONDS_PER_WORD`: 5 frames a word at 12.5 Hz, 10 at 25 Hz);
+    0 = none."""
     if frames_per_word > 0:
         n = round(frames_per_word * len(text.split())) + 4
         return min(n, cap) if cap else n
@@ -311,13 +322,16 @@ def capacity(levels: list[dict[str, Any]], ttfa_ms: float, viable_pct: float) ->
     return max(good) if good else None
 
 
+TURBO_FRAME_RATE = 25.0
+
+
 def frame_rate_of(model: Path) -> float:
     """Codec frames per second of the checkpoint's family (Qwen3-TTS-12Hz 12.5, Chatterbox Turbo 25)."""
     try:
         cfg = json.loads((model / "config.json").read_text())
     except (OSError, ValueError):
-        return 25.0 if (model / "t3_turbo_v1.safetensors").exists() else 12.5
-    return 25.0 if "chatterbox" in str(cfg.get("model_type", "")) else 12.5
+        return TURBO_FRAME_RATE if (model / "t3_turbo_v1.safetensors").exists() else 12.5
+    return TURBO_FRAME_RATE if "chatterbox" in str(cfg.get("model_type", "")) else 12.5
 
 
 def _cuda_memory_mb(pid: int) -> float | None:
@@ -354,6 +368,7 @@ class Target:
     send: Sender
     memory: Callable[[], dict[str, float | None]]
     close: Callable[[], None] = field(default=lambda: None)
+    ready_s: float | None = None  # from spawning the server (or loading the engine) to ready
 
 
 def _server_env(args: argparse.Namespace) -> dict[str, str]:
@@ -390,6 +405,7 @@ def http_target(args: argparse.Namespace, model: Path, workdir: Path) -> Target:
     ]
     cmd += ["--model", str(model), "--device", args.device, "--dtype", args.dtype]
     log = (workdir / "server.log").open("w")
+    t_spawn = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + args.load_timeout
@@ -400,6 +416,7 @@ def http_target(args: argparse.Namespace, model: Path, workdir: Path) -> Target:
             )
         try:
             if httpx.get(base + "/ping", timeout=2).status_code == 200:
+                ready_s = time.perf_counter() - t_spawn
                 break
         except httpx.HTTPError:
             pass
@@ -420,7 +437,8 @@ def http_target(args: argparse.Namespace, model: Path, workdir: Path) -> Target:
         gpu = _cuda_memory_mb(proc.pid) if args.device.startswith("cuda") else None
         return {"server_peak_rss_mb": _peak_rss_mb(proc.pid), "gpu_used_mb": gpu}
 
-    return Target(http_sender(base, args.voice, _extra(args), args.stall_tolerance_ms / 1000), memory, close)
+    send = http_sender(base, args.voice, _extra(args), args.stall_tolerance_ms / 1000)
+    return Target(send, memory, close, ready_s)
 
 
 def inprocess_target(args: argparse.Namespace, model: Path, workdir: Path) -> Target:
@@ -442,7 +460,9 @@ def inprocess_target(args: argparse.Namespace, model: Path, workdir: Path) -> Ta
         admission=args.admission == "on",
     )
     logging.getLogger("voxcast").setLevel(logging.ERROR)  # per-request lines would drown the figures
+    t0 = time.perf_counter()
     engine = Engine.load(config)
+    ready_s = time.perf_counter() - t0
     service = Service.assemble(ServiceConfig(store_audio=False), engine, LocalBlobStore(workdir, fsync=False))
 
     def memory() -> dict[str, float | None]:
@@ -450,11 +470,13 @@ def inprocess_target(args: argparse.Namespace, model: Path, workdir: Path) -> Ta
         return {"server_peak_rss_mb": _peak_rss_mb(os.getpid()), "gpu_peak_allocated_mb": gpu}
 
     send = service_sender(service, args.voice, _extra(args), args.stall_tolerance_ms / 1000)
-    return Target(send, memory, service.close)
+    return Target(send, memory, service.close, ready_s)
 
 
 def _extra(args: argparse.Namespace) -> dict[str, Any]:
-    fpw = args.frames_per_word if args.frames_per_word is not None else (0.0 if args.model else 5.0)
+    fpw = args.frames_per_word
+    if fpw is None:
+        fpw = 0.0 if args.model else SECONDS_PER_WORD * args.frame_rate
     return {"sample_rate": args.sample_rate, "max_frames": args.max_frames, "frames_per_word": fpw}
 
 
@@ -497,20 +519,30 @@ def plot(doc: dict[str, Any], path: Path) -> Path | None:
 def model_path(args: argparse.Namespace) -> Path:
     if args.model:
         return Path(args.model)
-    from benchlib import checkpoint  # scripts/ is on the path of a script run as scripts/bench_load.py
+    # scripts/ is on the path of a script run as scripts/bench_load.py
+    from benchlib import checkpoint, turbo_checkpoint
 
+    if args.family == "chatterbox_turbo":
+        return turbo_checkpoint(args.size)
     return checkpoint(args.size, args.kind)
 
 
 def label_of(args: argparse.Namespace) -> str:
-    name = Path(args.model).name if args.model else f"{args.size}-{args.kind}"
+    built = f"turbo-{args.size}" if args.family == "chatterbox_turbo" else f"{args.size}-{args.kind}"
+    name = Path(args.model).name if args.model else built
     return "-".join(
         x for x in (name, args.device, args.dtype, args.quant if args.quant != "none" else "") if x
     )
 
 
 def run_target(target: Target, args: argparse.Namespace, frame_rate: float) -> dict[str, Any]:
-    target.send(agent_turns(1, 999)[0], 1, time.perf_counter(), Result(0.0, 0))  # the first request's imports
+    first = target.send(agent_turns(1, 999)[0], 1, time.perf_counter(), Result(0.0, 0))  # its imports too
+    startup = {
+        "ready_s": target.ready_s,
+        "first_request_ttfa_ms": first.ttfa_ms,
+        "first_status": first.status,
+    }
+    print(f"  ready in {target.ready_s or 0:.1f} s, first request's first audio {first.ttfa_ms} ms", flush=True)
     levels = []
     for kind, value in levels_of(args):
         if kind == "rate":
@@ -530,6 +562,7 @@ def run_target(target: Target, args: argparse.Namespace, frame_rate: float) -> d
             rows = [asdict(r) | {"viable": r.viable} for r in results]
             level["requests_detail"] = rows
     return {
+        "startup": startup,
         "levels": levels,
         "capacity": capacity(levels, args.ttfa_ms, args.viable_pct),
         "memory": target.memory(),
@@ -539,9 +572,19 @@ def run_target(target: Target, args: argparse.Namespace, frame_rate: float) -> d
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="checkpoint directory (default: a random checkpoint of --size)")
-    ap.add_argument("--size", default="tiny", help="random checkpoint size: tiny, 0.6b, 1.7b")
-    ap.add_argument("--kind", default="custom_voice", help="random checkpoint kind")
-    ap.add_argument("--voice", default="ryan")
+    ap.add_argument(
+        "--family",
+        default="qwen3_tts",
+        choices=["qwen3_tts", "chatterbox_turbo"],
+        help="the random checkpoint's family (with --model, its family is read from the checkpoint)",
+    )
+    ap.add_argument(
+        "--size",
+        default="tiny",
+        help="random checkpoint size: tiny, 0.6b, 1.7b (Chatterbox Turbo: tiny, full)",
+    )
+    ap.add_argument("--kind", default="custom_voice", help="random Qwen3-TTS checkpoint kind")
+    ap.add_argument("--voice", help="default: ryan (Qwen3-TTS), default (Chatterbox Turbo's built-in voice)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--quant", default="none")
@@ -563,8 +606,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--frames-per-word",
         type=float,
         default=None,
-        help="cap each request at this many frames a word (default: 5 for a random checkpoint, which never "
-        "ends by itself; none with --model)",
+        help="cap each request at this many frames a word (default: 0.4 s of frames for a random checkpoint, "
+        "which never ends by itself; none with --model)",
     )
     ap.add_argument("--ttfa-ms", type=float, default=50.0, help="capacity's p95 first-audio target")
     ap.add_argument("--viable-pct", type=float, default=99.0, help="capacity's viability target")
@@ -578,7 +621,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     model = model_path(args)
-    frame_rate = frame_rate_of(model)
+    frame_rate = args.frame_rate = frame_rate_of(model)
+    if args.voice is None:
+        args.voice = "default" if frame_rate == TURBO_FRAME_RATE else "ryan"
     transports = ["http", "inprocess"] if args.transport == "both" else [args.transport]
     label = label_of(args)
     doc: dict[str, Any] = {

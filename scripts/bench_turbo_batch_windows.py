@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchlib import machine_info, use_checkout, write_json  # noqa: E402
+from benchlib import machine_info, turbo_checkpoint, use_checkout, write_json  # noqa: E402
 
 use_checkout()
 
@@ -77,10 +77,8 @@ def main() -> int:
     ap.add_argument("--one-voice", action="store_true", help="every stream in one voice")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "turbo-batch-windows.json")
     args = ap.parse_args()
-    from bench_chatterbox_turbo import build
-
     torch.set_flush_denormal(True)  # random weights drive HiFT into denormals
-    folder = build(ROOT / ".cache" / "bench-models" / f"turbo-{args.size}-nostop", args.size)
+    folder = turbo_checkpoint(args.size)
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
     settings = (("turbo_prompt_cache", args.prompt_cache),)
     opts = LoadOptions(device=args.device, dtype=dtype, codec_dtype=dtype, settings=settings)

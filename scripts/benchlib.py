@@ -18,7 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ROOT", "at_once", "checkpoint", "cpu_name", "machine_info", "use_checkout", "write_json"]
+__all__ = [
+    "ROOT",
+    "at_once",
+    "checkpoint",
+    "cpu_name",
+    "machine_info",
+    "turbo_checkpoint",
+    "use_checkout",
+    "write_json",
+]
 
 #: The repository root.
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +53,22 @@ def checkpoint(size: str, kind: str = "base") -> Path:
         print(f"building random {size} {kind} checkpoint in {out} ...", flush=True)
         make_test_model(out, kind, size=size, seed=0)
     return out
+
+
+def turbo_checkpoint(size: str, folder: Path | None = None) -> Path:
+    """The random Chatterbox Turbo ``size`` checkpoint (``full`` or ``tiny``), built once in
+    ``.cache/bench-models`` (or ``folder``), with its built-in voice ``default``. T3 has no stop bias:
+    an utterance runs to its frame limit, as a benchmark needs."""
+    from voxcast.testing.chatterbox_turbo import make_t3
+    from voxcast.testing.chatterbox_turbo_layout import make_checkpoint
+
+    folder = folder or ROOT / ".cache" / "bench-models" / f"turbo-{size}-nostop"
+    if not (folder / ".complete").is_file():
+        print(f"building random Chatterbox Turbo {size} checkpoint in {folder} ...", flush=True)
+        make_checkpoint(folder, size, seed=0)
+        make_t3(folder, size=size, seed=0, stop_bias=-20.0)
+        (folder / ".complete").write_text("ok\n")
+    return folder
 
 
 def cpu_name() -> str:
