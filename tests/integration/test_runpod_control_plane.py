@@ -8,21 +8,21 @@ the next job.
 
 from __future__ import annotations
 
-import itertools
 import json
 import textwrap
-import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.fixtures.polling import wait_until
 from tests.fixtures.runpod_control_plane import API_KEY, FakeControlPlane, WorkerProcess, running_worker
 
 pytest.importorskip("runpod")
 
 _HANDLER = textwrap.dedent(
     """
-    import asyncio, json, time
+    import asyncio, json, os
     import runpod
 
     class Err(dict):
@@ -43,8 +43,12 @@ _HANDLER = textwrap.dedent(
 
         asyncio.current_task().add_done_callback(on_done)
         for i in range(inp.get("n", 3)):
-            await asyncio.sleep(inp.get("sleep", 0.1))
-            yield {"seq": i, "ts": time.time()}
+            if "gate" in inp:  # yield i waits until the test creates <gate>/<i> (or <gate>/all)
+                while not any(os.path.exists(os.path.join(inp["gate"], f)) for f in (str(i), "all")):
+                    await asyncio.sleep(0.01)
+            else:
+                await asyncio.sleep(inp.get("sleep", 0.1))
+            yield {"seq": i}
 
     runpod.serverless.start({"handler": handler, "return_aggregate_stream": True})
     """
@@ -68,15 +72,35 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
         yield w
 
 
-def test_yields_arrive_incrementally_and_done_carries_the_aggregate(worker: WorkerProcess) -> None:
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Path]:
+    """The folder of a job's ``gate``: all of it opens when the test ends, so that a job it held
+    (the test failed) does not keep the module's worker busy."""
+    yield tmp_path
+    (tmp_path / "all").touch()
+
+
+def _let_through(gate: Path, *seqs: int) -> None:
+    """Let the gated handler make its yields ``seqs``."""
+    for i in seqs:
+        (gate / str(i)).touch()
+
+
+def test_each_yield_is_posted_before_the_next_is_made_and_done_carries_the_aggregate(
+    worker: WorkerProcess, gate: Path
+) -> None:
+    """The handler makes yield i+1 only once the test has seen yield i's POST: a worker that held
+    yields back (until the end, or until the next one) would leave the test waiting for that POST."""
     plane = worker.plane
-    job = plane.submit({"n": 4, "sleep": 0.15})
+    job = plane.submit({"n": 4, "gate": str(gate)})
+    for i in range(4):
+        _let_through(gate, i)
+        rec = plane.wait_streams(job, i + 1, 30)
+        assert len(rec.streams) == i + 1  # one POST per yield
+        if i < 3:  # the handler waits at the next gate: the job cannot have ended
+            assert rec.done is None
     rec = plane.wait_done(job, 30)
     assert [o["seq"] for o in rec.outputs] == [0, 1, 2, 3]
-    recv = [p.t_recv for p in rec.streams]
-    assert all(b - a > 0.08 for a, b in itertools.pairwise(recv))  # one POST per yield
-    assert all(p.t_recv - p.output["ts"] < 0.5 for p in rec.streams)
-    assert rec.t_done is not None and rec.t_done - recv[0] > 0.3
     assert rec.done == {"output": rec.outputs} and rec.done_query["isStream"] == "true"
     assert not plane.unauthorized
 
@@ -113,17 +137,14 @@ def test_yielded_error_fails_the_job_with_its_str(
     assert job.status() == "FAILED"
 
 
-def test_stop_signal_cancels_the_task_and_the_worker_serves_on(worker: WorkerProcess) -> None:
+def test_stop_signal_cancels_the_task_and_the_worker_serves_on(worker: WorkerProcess, gate: Path) -> None:
     plane = worker.plane
-    job = plane.submit({"n": 200, "sleep": 0.05})
-    plane.wait_streams(job, 2, 30)
+    job = plane.submit({"n": 3, "gate": str(gate)})
+    _let_through(gate, 0)
+    plane.wait_streams(job, 1, 30)  # the handler now waits at the gate of yield 1
     plane.cancel(job)
-    deadline = time.monotonic() + 10
-    while f"CANCELLED {job}" not in worker.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert f"CANCELLED {job}" in worker.log()
-    n = len(plane.jobs[job].streams)
-    time.sleep(0.3)
-    assert len(plane.jobs[job].streams) == n < 200 and plane.jobs[job].done is None
+    wait_until(lambda: f"CANCELLED {job}" in worker.log(), what=f"job {job}'s task cancelled")
+    _let_through(gate, 1, 2)  # a task that still ran would now yield the rest and end the job
     nxt = plane.wait_done(plane.submit({"n": 1}), 30)
     assert [o["seq"] for o in nxt.done["output"]] == [0]
+    assert len(plane.jobs[job].streams) == 1 and plane.jobs[job].done is None  # nothing more was sent
