@@ -1,4 +1,4 @@
-"""The toy family's registration: ``FAMILY`` (loader, its one setting, its test checkpoints)."""
+"""The toy family's registration: ``FAMILY`` (loader, its settings, its test checkpoints)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,13 @@ FAMILY = ModelFamily(
             int_in(0, 1000),
             default=0,
             doc="ms a batched step sleeps per row: a slow model for admission-control tests",
+        ),
+        Setting(
+            "toy_hold",
+            "VOXCAST_TOY_HOLD",
+            str,
+            default="",
+            doc="a file: while it exists, no stream gets a frame after its first (a test holds the model)",
         ),
     ),
     test_checkpoints=TestCheckpoints(

@@ -24,6 +24,8 @@ from voxcast.models.base import FrameGenerator, LoadOptions, SamplingParams, Str
 __all__ = ["FRAMES_PER_WORD", "SineModel", "sine"]
 
 FRAMES_PER_WORD = 3
+HOLD_LIMIT_S = 120.0
+"""How long a step waits on the ``toy_hold`` file before it fails (a test that never removed it)."""
 
 
 def sine(pitch_hz: float, first_sample: int, n: int, sample_rate: int, amplitude: float) -> np.ndarray:
@@ -52,6 +54,11 @@ class SineGenerator:
     @property
     def seed(self) -> int | None:
         return self._seed
+
+    @property
+    def frames(self) -> int:
+        """Frames made so far."""
+        return self._done
 
     @property
     def waiting(self) -> bool:
@@ -128,6 +135,8 @@ class SineModel:
         self.amplitude = int(options.setting("toy_amplitude", 30)) / 100
         #: Seconds a batched step takes per row (``toy_step_ms``): a model as slow as one likes.
         self.step_s = int(options.setting("toy_step_ms", 0)) / 1000
+        #: While this file exists, no stream gets a frame after its first (``toy_hold``).
+        self.hold = Path(hold) if (hold := options.setting("toy_hold", "")) else None
         self.identity = "sine-" + hashlib.sha256(raw).hexdigest()[:16]
 
     @property
@@ -186,7 +195,18 @@ class SineModel:
     def step_many(self, generators: list[Any]) -> list[torch.Tensor | None]:
         if self.step_s:
             time.sleep(self.step_s * len(generators))
+        if self.hold is not None and any(g.frames for g in generators):
+            self._wait_released()
         return [g.step() for g in generators]
+
+    def _wait_released(self) -> None:
+        """Wait while the ``toy_hold`` file exists (at most :data:`HOLD_LIMIT_S`)."""
+        assert self.hold is not None
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while self.hold.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the toy model was held by {self.hold} for {HOLD_LIMIT_S} s")
+            time.sleep(0.01)
 
     def new_decoder(self, voice: Any = None, seed: int | None = None) -> StreamingDecoder:
         return SineDecoder(self)
