@@ -17,10 +17,12 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import threading
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ def run_stream(engine: Engine, voice: Any, tokens: int, seed: int) -> dict[str, 
     return {
         "ttfa_ms": t.ttfa_ms, "total_ms": t.total_ms, "frames": t.frames, "chunks": len(chunks),
         "audio_s": audio_s, "rtf": t.rtf, "t3_ms_per_token": t.talker_ms / max(1, t.frames),
+        "stalls": t.stalls, "stall_ms": t.stall_ms,
         "decode_ms_total": t.codec_ms, "prefill_ms": t.prefill_ms, "wall_s": wall,
     }  # fmt: skip
 
@@ -159,8 +162,10 @@ def main() -> int:
     torch.set_flush_denormal(True)
     folder = turbo_checkpoint(args.size, args.model)
     t0 = time.perf_counter()
+    base = EngineConfig.from_env(os.environ)  # VOXCAST_* settings the flags below do not name apply
     engine = Engine.load(
-        EngineConfig(
+        replace(
+            base,
             model=str(folder),
             device=args.device,
             dtype=args.dtype,
@@ -169,6 +174,7 @@ def main() -> int:
             threads=args.threads,
             max_active=max(map(int, args.streams.split(","))),
             settings={
+                **base.settings,
                 "turbo_prompt_cache": args.prompt_cache,
                 "turbo_static_decode": bool(args.static_decode),
             },
@@ -206,9 +212,11 @@ def main() -> int:
             "per_stream": results, "wall_s": wall, "tokens_per_s": frames / wall,
             "ttfa_ms_median": float(np.median([r["ttfa_ms"] for r in results])),
             "rtf_median": float(np.median([r["rtf"] for r in results])),
+            "stalled_streams": sum(1 for r in results if r["stalls"]),
         }  # fmt: skip
         print(
-            f"{n} stream(s): {frames / wall:.1f} tokens/s, TTFA median {doc['streams'][str(n)]['ttfa_ms_median']:.0f} ms"
+            f"{n} stream(s): {frames / wall:.1f} tokens/s, TTFA median {doc['streams'][str(n)]['ttfa_ms_median']:.0f} ms, "
+            f"{doc['streams'][str(n)]['stalled_streams']} stalled"
         )
     engine.close()
     if not args.no_official and args.device == "cpu":
@@ -226,7 +234,8 @@ def main() -> int:
     if one:
         print(
             f"one stream: first audio {one['ttfa_ms']:.0f} ms, RTF {one['rtf']:.2f}, T3 {one['t3_ms_per_token']:.0f} ms/token, "
-            f"{one['chunks']} chunks, decode {one['decode_ms_total'] / 1000:.1f} s in all"
+            f"{one['chunks']} chunks, decode {one['decode_ms_total'] / 1000:.1f} s in all, "
+            f"{one['stalls']} playback stalls ({one['stall_ms']:.0f} ms)"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))

@@ -85,10 +85,10 @@ def engine_on(tiny_model_dir: Factory) -> Iterator[Callable[..., tuple[Engine, R
             device="cpu",
             warmup=False,
             prefill_chunk=4,  # the new request's prefill runs in several parts
-            decode_thread="off",  # every chunk delivered on the scheduler thread: one order of events
             handoff_ms=0,
             slack_horizon_ms=horizon_ms,
-            **settings,
+            # unless a test says otherwise, every chunk delivered on the scheduler thread: one order of events
+            **{"decode_thread": "off", **settings},
         )
         engine = Engine.load(config, clock=clock)
         made.append(engine)
@@ -221,3 +221,37 @@ def test_an_idle_engine_admits_a_refusable_request(engine_on: Callable[..., tupl
     assert engine.over_capacity() is None
     chunks = list(engine.synthesize(_request(NEW, 6), refusable=True))
     assert sum(c.frames for c in chunks) == 6
+
+
+def test_a_decode_thread_that_falls_behind_refuses_one_more(
+    engine_on: Callable[..., tuple[Engine, Recorder]],
+) -> None:
+    """The rounds are free (a frozen clock) but each later chunk's decode, on the decode thread, takes
+    0.5 s of the clock: the thread is busy all the time, so one more live stream would stall them all."""
+    clock = FakeClock()
+    engine, _ = engine_on(clock, decode_thread="on")
+    costly = {"on": False}
+    inner_new = engine.model.new_decoder
+
+    def new_decoder(*a: Any, **kw: Any) -> Any:
+        decoder = inner_new(*a, **kw)
+        inner_decode = decoder.decode
+
+        def decode(codes: Any) -> Any:
+            if costly["on"]:
+                clock.now += 0.5
+            return inner_decode(codes)
+
+        decoder.decode = decode
+        return decoder
+
+    engine.model.new_decoder = new_decoder
+    running = _run_past(engine, 6)
+    assert engine.over_capacity() is None  # decodes that cost no time: the thread is idle
+    costly["on"] = True
+    for _ in range(4):
+        next(running)
+    reason = engine.over_capacity()
+    assert reason is not None and "decoder is busy" in reason
+    assert engine.capacity()["decode_busy"] > 0.8
+    running.cancel()

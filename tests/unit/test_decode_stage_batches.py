@@ -75,3 +75,32 @@ def test_a_stage_without_a_batch_runner_refuses_batchable_jobs() -> None:
     assert not stage.batches
     with pytest.raises(RuntimeError, match="no batch runner"):
         stage.run_batched("a", 1, print)
+
+
+def test_the_worker_measures_its_busy_time_on_the_stage_clock() -> None:
+    """Admission reads how busy the decode thread is: each job's and batch's time counts, a failing
+    one's too; inline jobs run within the scheduler's rounds and do not."""
+    now = [100.0]
+
+    def work(seconds: float, fail: bool = False) -> Callable[[], None]:
+        def job() -> None:
+            now[0] += seconds
+            if fail:
+                raise RuntimeError("decode")
+
+        return job
+
+    def batch(items: list[object]) -> None:
+        now[0] += 0.25
+
+    stage = DecodeStage(True, batch=batch, clock=lambda: now[0])
+    stage.run(work(0.5), print)
+    stage.run(work(0.25, fail=True), print)
+    stage.run_batched("a", 1, print)
+    stage.join(timeout=10)
+    assert stage.busy.fraction(now[0]) == pytest.approx(1.0 / 2.0)
+    now[0] += 1.5  # the window now starts mid-way through the jobs: 0.5 s of them are in it
+    assert stage.busy.fraction(now[0]) == pytest.approx(0.5 / 2.0)
+    inline = DecodeStage(False, clock=lambda: now[0])
+    inline.run(work(0.5), print)
+    assert inline.busy.fraction(now[0]) == 0.0

@@ -8,6 +8,7 @@ import pytest
 from voxcast.config import EngineConfig
 from voxcast.engine.pacing import (
     MAX_SKIP_S,
+    BusyMeter,
     MIN_SAMPLES,
     Room,
     RoundCosts,
@@ -125,6 +126,29 @@ def test_refuses_past_max_active_beyond_the_queue_allowance() -> None:
     assert reason is not None and "VOXCAST_MAX_ACTIVE" in reason
     assert over_capacity(full, costs, FRAME, 0.8, queue=1) is None
     assert over_capacity(Room(4, 1, 4), costs, FRAME, 0.8, queue=1) is not None
+
+
+def test_refuses_when_the_decode_thread_would_fall_behind() -> None:
+    fast = _costs(r1=0.002, r2=0.003, r3=0.004)  # the rounds keep up easily
+    assert over_capacity(Room(2, 0, 8), fast, FRAME, 0.8, queue=0, decode_busy=0.5) is None  # 3: 75 %
+    reason = over_capacity(Room(2, 0, 8), fast, FRAME, 0.8, queue=0, decode_busy=0.6)  # 3: 90 %
+    assert reason is not None and "decoder is busy 60%" in reason and "VOXCAST_ADMISSION_LOAD" in reason
+    assert over_capacity(Room(0, 0, 8), fast, FRAME, 0.8, queue=0, decode_busy=1.0) is None  # idle
+
+
+def test_busy_meter_counts_the_last_window_and_a_running_job() -> None:
+    meter = BusyMeter(window_s=2.0)
+    assert meter.fraction(NOW) == 0.0
+    meter.start(NOW - 3.0)
+    meter.stop(NOW - 2.5)  # wholly before the window
+    meter.start(NOW - 2.2)
+    meter.stop(NOW - 1.6)  # 0.4 s of it inside
+    meter.start(NOW - 1.0)
+    meter.stop(NOW - 0.5)  # 0.5 s
+    assert meter.fraction(NOW) == pytest.approx(0.9 / 2.0)
+    meter.start(NOW - 0.25)  # running: counts up to now
+    assert meter.fraction(NOW) == pytest.approx(1.15 / 2.0)
+    assert meter.fraction(NOW + 10.0) == pytest.approx(1.0)  # still running, the whole window
 
 
 def test_settings_from_the_environment() -> None:

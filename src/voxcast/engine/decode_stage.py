@@ -15,6 +15,10 @@ so chunks of several streams that wait for the decoder are decoded together (a m
 :class:`~voxcast.models.base.DecodesTogether`). Inline, batchable jobs are held until :meth:`flush`
 (the scheduler calls it once a round) or the next other job, which runs after them.
 
+Busy time: the worker marks each job's (or batch's) start and end on a
+:class:`~voxcast.engine.pacing.BusyMeter` (:attr:`DecodeStage.busy`, on the stage's clock), which
+admission control reads: a decode thread busy most of the time cannot take one more stream.
+
 Torch threads: with two threads each using torch's full intra-op pool the cores are oversubscribed.
 ``torch.set_num_threads`` called on a thread sets that thread's OpenMP/MKL pool size, but it also
 stores the process-wide default that every thread starting torch work later picks up; the stage
@@ -26,11 +30,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from voxcast.engine.pacing import BusyMeter
 
 __all__ = ["DecodeStage"]
 
@@ -60,6 +67,7 @@ class DecodeStage:
         name: the worker thread's name.
         batch: runs the items of batchable jobs (:meth:`run_batched`) together, in submission order;
             it handles each item's errors itself (an exception it raises fails every item in it).
+        clock: seconds, monotonic: what :attr:`busy` measures with.
     """
 
     def __init__(
@@ -68,9 +76,13 @@ class DecodeStage:
         torch_threads: int = 0,
         name: str = "voxcast-decode",
         batch: Callable[[list[Any]], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.threaded = threaded
         self._batch = batch
+        self.clock = clock
+        #: The worker's busy time (stays 0 inline: inline jobs run within the scheduler's rounds).
+        self.busy = BusyMeter()
         self._jobs: queue.SimpleQueue[tuple[Job, OnError] | _Batched | None] = queue.SimpleQueue()
         self._held: list[_Batched] = []  # inline: batchable jobs until flush()
         self._thread: threading.Thread | None = None
@@ -154,15 +166,24 @@ class DecodeStage:
         carry: list[tuple[Job, OnError] | _Batched | None] = []  # taken while gathering a batch
         with torch.inference_mode():
             while (item := carry.pop() if carry else self._jobs.get()) is not _STOP:
-                if isinstance(item, _Batched):
-                    self._run_batch(self._gather(item, carry))
-                    continue
-                job, on_error = item
+                self.busy.start(self.clock())
                 try:
-                    job()
-                except Exception as e:
-                    log.exception("decode job failed")
-                    on_error(e)
+                    self._run_item(item, carry)
+                finally:
+                    self.busy.stop(self.clock())
+
+    def _run_item(
+        self, item: tuple[Job, OnError] | _Batched, carry: list[tuple[Job, OnError] | _Batched | None]
+    ) -> None:
+        if isinstance(item, _Batched):
+            self._run_batch(self._gather(item, carry))
+            return
+        job, on_error = item
+        try:
+            job()
+        except Exception as e:
+            log.exception("decode job failed")
+            on_error(e)
 
     def _gather(self, first: _Batched, carry: list[tuple[Job, OnError] | _Batched | None]) -> list[_Batched]:
         """``first`` and the batchable jobs queued right behind it, a key at most once; the first

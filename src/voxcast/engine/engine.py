@@ -362,12 +362,14 @@ class Engine:
     def over_capacity(self) -> str | None:
         """Why one more real-time stream would not keep every stream viable now (None: it fits, or
         admission control is off): :func:`voxcast.engine.pacing.over_capacity` on the slots held and
-        waiting and the measured round times."""
+        waiting, the measured round times and how busy the decode thread is."""
         c = self.config
         if not c.admission:
             return None
         sched = self._scheduler
-        return over_capacity(sched.room(), sched.costs, self.frame_s, c.admission_load, c.admission_queue)
+        return over_capacity(
+            sched.room(), sched.costs, self.frame_s, c.admission_load, c.admission_queue, sched.decode_busy()
+        )
 
     def capacity(self) -> dict[str, Any]:
         """A monitoring snapshot of admission: the measured round ms by batch size, the frame's ms,
@@ -376,6 +378,7 @@ class Engine:
         return {
             "step_ms": {n: round(s * 1000, 3) for n, s in sorted(measured.items())},
             "frame_ms": round(self.frame_s * 1000, 3),
+            "decode_busy": round(self._scheduler.decode_busy(), 3),
             "refused": self.refused,
             "over_capacity": self.over_capacity(),
         }

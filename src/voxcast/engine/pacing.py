@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["MAX_SKIP_S", "Room", "RoundCosts", "Row", "Waiting", "over_capacity", "rows_to_step"]
+__all__ = ["MAX_SKIP_S", "BusyMeter", "Room", "RoundCosts", "Row", "Waiting", "over_capacity", "rows_to_step"]
 
 T = TypeVar("T")
 
@@ -187,6 +187,45 @@ class RoundCosts:
         return base + slope * rows
 
 
+BUSY_WINDOW_S = 2.0
+"""Seconds over which :class:`BusyMeter` measures how busy a worker was."""
+
+
+class BusyMeter:
+    """How busy a worker thread was over the last :data:`BUSY_WINDOW_S` (the decode stage's: a
+    stream's later chunks are decoded there, outside the scheduler's rounds). Thread-safe; times are
+    the caller's clock's."""
+
+    def __init__(self, window_s: float = BUSY_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._spans: deque[tuple[float, float]] = deque()
+        self._since: float | None = None  # when the job running now started
+        self._lock = threading.Lock()
+
+    def start(self, now: float) -> None:
+        """A job starts."""
+        with self._lock:
+            self._since = now
+
+    def stop(self, now: float) -> None:
+        """The job started last ends."""
+        with self._lock:
+            if self._since is not None:
+                self._spans.append((self._since, now))
+                self._since = None
+            while self._spans and self._spans[0][1] <= now - self.window_s:
+                self._spans.popleft()
+
+    def fraction(self, now: float) -> float:
+        """The share of the last ``window_s`` seconds a job was running (a running job counts up to
+        ``now``)."""
+        lo = now - self.window_s
+        with self._lock:
+            spans = [*self._spans, *(((self._since, now),) if self._since is not None else ())]
+        busy = sum(max(0.0, min(b, now) - max(a, lo)) for a, b in spans)
+        return min(1.0, busy / self.window_s)
+
+
 @dataclass(frozen=True)
 class Room:
     """The engine's occupancy as admission sees it.
@@ -207,7 +246,9 @@ class Room:
         return self.held == 0 and self.waiting == 0
 
 
-def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, queue: int) -> str | None:
+def over_capacity(
+    room: Room, costs: RoundCosts, frame_s: float, load: float, queue: int, decode_busy: float = 0.0
+) -> str | None:
     """Why one more real-time stream would not keep every stream viable, or None when it fits.
 
     Never refuses on an idle engine. Otherwise it refuses when
@@ -215,14 +256,20 @@ def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, qu
     - the new stream would wait for a slot behind more than ``queue`` others (``max_active`` full), or
     - the measured round time with every stream it would run together, the new one included, exceeds
       ``load`` x ``frame_s`` (a round must produce a frame of audio for each row faster than that
-      frame plays). Before any round is measured this never refuses.
+      frame plays). Before any round is measured this never refuses; or
+    - the decode thread, busy ``decode_busy`` of its time with the streams held, would be busy more
+      than ``load`` of it with one more (its share grown in proportion to the streams): the rounds
+      can be fast while the decoder falls behind (Chatterbox Turbo's flow and HiFT on a CPU), and
+      then every stream stalls.
 
     Args:
         room: the engine's occupancy.
         costs: the measured round times.
         frame_s: the audio duration of one frame (0.08 s at 12.5 Hz).
-        load: the share of a frame's duration a round may take.
+        load: the share of a frame's duration a round may take, and of its time the decode thread
+            may be busy.
         queue: streams that may wait for a slot beyond ``max_active``.
+        decode_busy: the share of the last seconds the decode thread was busy (0: none, or inline).
     """
     if room.idle:
         return None
@@ -234,6 +281,11 @@ def over_capacity(room: Room, costs: RoundCosts, frame_s: float, load: float, qu
             f" (VOXCAST_MAX_ACTIVE, VOXCAST_ADMISSION_QUEUE={queue})"
         )
     batch = min(rows, room.max_active)
+    if room.held and decode_busy * batch / room.held > load:  # first: a busy decoder slows rounds too
+        return (
+            f"the decoder is busy {decode_busy:.0%} of the time with {room.held} streams: {batch} would"
+            f" need about {decode_busy * batch / room.held:.0%}, over {load:g} (VOXCAST_ADMISSION_LOAD)"
+        )
     step_s = costs.predict_s(batch)
     if step_s is not None and step_s > load * frame_s:
         return (

@@ -205,7 +205,8 @@ class Scheduler:
     def _stage(self, threaded: bool) -> DecodeStage:
         """A decode stage; it batches chunks of several streams where the model decodes them together."""
         together = self._info.capabilities.decodes_together
-        return DecodeStage(threaded, _DECODE_TORCH_THREADS, batch=self._decode_batch if together else None)
+        batch = self._decode_batch if together else None
+        return DecodeStage(threaded, _DECODE_TORCH_THREADS, batch=batch, clock=self.clock)
 
     # -- scheduler thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -312,6 +313,10 @@ class Scheduler:
             elif act.skipping_since is None:
                 act.skipping_since = now
         return [act for act, step in zip(acts, steps, strict=True) if step]
+
+    def decode_busy(self) -> float:
+        """The share of the last seconds the decode thread was busy (0 when decoding is inline)."""
+        return self._decode.busy.fraction(self.clock())
 
     def _measure(self, rows: int, seconds: float) -> None:
         """Record a round's time: every round for the horizon; a round that stepped ``rows`` rows
