@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from tests.fixtures.engines import holding_steps
 from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
@@ -64,8 +64,9 @@ def test_load_warms_every_path_and_reports_it(cv_engine: Engine) -> None:
 
 def test_stream_is_lazy(cv_engine: Engine) -> None:
     stream = cv_engine.synthesize({"text": "Hello", "voice": "ryan", "max_frames": 3})
-    time.sleep(0.3)
-    assert stream.timing.frames == 0 and stream.timing.total_ms == 0
+    held = {k: v for k, v in cv_engine.stats().items() if k in ("active", "prefilling", "waiting")}
+    assert held == {"active": 0, "prefilling": 0, "waiting": 0}  # neither queued nor running...
+    assert stream.timing.frames == 0 and stream.timing.total_ms == 0  # ...nor done
     assert len(list(stream)) > 0
 
 
@@ -145,16 +146,19 @@ def test_concurrent_streams_interleave_and_match_sequential(cv_engine: Engine) -
 
 
 def test_cancel_stops_within_one_frame(cv_engine: Engine) -> None:
-    stream = cv_engine.synthesize(
-        {"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1}
-    )
-    first = next(stream)
-    assert first.frames == 1
-    stream.cancel()
-    rest = list(stream)
+    with holding_steps(cv_engine) as release:  # the engine cannot run ahead of the cancel
+        stream = cv_engine.synthesize(
+            {"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1}
+        )
+        first = next(stream)
+        assert first.frames == 1
+        stream.cancel()
+        steps = cv_engine.stats()["steps"]  # counted as they start (+1: one whose check came first)
+        release.set()
+        rest = list(stream)
     assert len(rest) <= 1
     assert stream.timing.finish_reason == "cancelled"
-    assert stream.timing.frames <= 3
+    assert stream.timing.frames <= 2 and cv_engine.stats()["steps"] <= steps + 1
 
 
 def test_derived_frame_limit_flags_runaway(cv_engine: Engine) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.engines import holding_steps
 from voxcast.config import EngineConfig
 from voxcast.engine.chunks import AudioChunk
 from voxcast.engine.decode_stage import DecodeStage
@@ -176,15 +177,23 @@ def test_a_failing_decode_fails_only_its_stream(
 def test_cancel_ends_within_one_frame_behind_a_slow_decoder(
     engines: dict[bool, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = threading.Event()
-    _spy_decoders(monkeypatch, engines[True], lambda call: slow.wait(0.05))
-    stream = engines[True].synthesize(
-        {"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1}
-    )
-    assert next(stream).frames == 1
-    stream.cancel()
-    assert len(list(stream)) <= 1
+    """Until the test lets them go, the engine makes three frames and the decode thread finishes no
+    chunk: the cancel lands with chunks waiting behind the decoder, and ends the stream all the same
+    (at most the chunk being decoded comes out, at most one more frame is made)."""
+    engine = engines[True]
+    with holding_steps(engine, after=3) as release:
+        _spy_decoders(monkeypatch, engine, lambda call: release.wait(60) if call > 1 else None)
+        stream = engine.synthesize(
+            {"text": "A long text " * 20, "voice": "ryan", "seed": 1, "chunk_frames": 1}
+        )
+        assert next(stream).frames == 1  # decoded on the scheduler thread
+        stream.cancel()
+        steps = engine.stats()["steps"]  # counted as they start (+1: one whose check came first)
+        release.set()
+        rest = list(stream)
+    assert len(rest) <= 1
     assert stream.timing.finish_reason == "cancelled" and stream.timing.frames <= 4
+    assert engine.stats()["steps"] <= steps + 1
 
 
 def test_close_joins_the_decode_thread(tiny_model_dir: Factory) -> None:
