@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.engines import holding_steps
 from voxcast.audio.encode import stream_to_file
 from voxcast.audio.formats import AudioFormat
 from voxcast.errors import EngineUnavailable
@@ -24,32 +26,31 @@ TEXT = "Hello there, this is a test."
 
 
 class _Tap:
-    """Wraps one real ServiceStream and records when chunks come out and when cancel is called."""
+    """Wraps one real ServiceStream: counts the chunks taken, notes the engine's step count when
+    cancel is called, and sets :attr:`ended` when the stream ends."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, steps: Callable[[], int]) -> None:
         self.stream = stream
-        self.t_first_next: float | None = None
-        self.t_cancel: float | None = None
-        self.t_end: float | None = None
-        self.t_ms: list[float] = []
+        self._steps = steps
+        self.chunks = 0
+        self.steps_at_cancel: int | None = None
+        self.ended = threading.Event()
 
     def __iter__(self) -> _Tap:
         return self
 
     def __next__(self) -> Any:
-        if self.t_first_next is None:
-            self.t_first_next = time.perf_counter()
         try:
             chunk = next(self.stream)
-        except StopIteration:
-            self.t_end = time.perf_counter()
+        except BaseException:
+            self.ended.set()
             raise
-        self.t_ms.append(chunk.t_ms)
+        self.chunks += 1
         return chunk
 
     def cancel(self) -> None:
-        self.t_cancel = time.perf_counter()
         self.stream.cancel()
+        self.steps_at_cancel = self._steps()
 
     @property
     def result(self) -> Any:
@@ -68,9 +69,12 @@ class _TappedService:
         self.taps: list[_Tap] = []
 
     def synthesize(self, *args: Any, **kwargs: Any) -> _Tap:
-        tap = _Tap(self._service.synthesize(*args, **kwargs))
+        tap = self._tap(self._service.synthesize(*args, **kwargs))
         self.taps.append(tap)
         return tap
+
+    def _tap(self, stream: Any) -> _Tap:
+        return _Tap(stream, lambda: self._service.engine.stats()["steps"])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._service, name)
@@ -204,7 +208,8 @@ def test_list_voices_action(service: Any) -> None:
 @pytest.mark.parametrize("where", ["in_handler", "in_sdk_post"])
 def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any, where: str) -> None:
     """The SDK cancels the job task wherever it waits: inside the handler (awaiting the next chunk)
-    or in its own await of a stream POST while the generator sits at a ``yield``."""
+    or in its own await of a stream POST while the generator sits at a ``yield``. The engine is held
+    after its first frame, so the cancel lands mid-stream however fast the host."""
     tapped = _TappedService(service)
     handler = RunpodHandler(tapped, RunpodConfig())  # type: ignore[arg-type]
     req = {"text": TEXT * 4, "voice": "ryan", "max_frames": 400, "first_chunk_frames": 1, "chunk_frames": 1}
@@ -212,6 +217,7 @@ def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any,
 
     async def run() -> int:
         got = 0
+        first = asyncio.Event()
 
         async def consume() -> None:
             nonlocal got
@@ -219,32 +225,29 @@ def test_cancelling_the_job_task_stops_the_engine_within_one_frame(service: Any,
             agens.append(agen)
             async for _ in agen:
                 got += 1
-                if where == "in_sdk_post" and got == 3:
+                first.set()
+                if where == "in_sdk_post":
                     await asyncio.sleep(30)  # stands for the SDK's stream POST
 
         task = asyncio.create_task(consume())
-        while got < 3:
-            await asyncio.sleep(0.005)
+        await asyncio.wait_for(first.wait(), 60)
         task.cancel()  # what the SDK does when the platform stops the job
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.sleep(0)  # let the task's done callbacks run
         # cancelled now, not when asyncio.run() finally closes the abandoned generator
-        assert tapped.taps[0].t_cancel is not None
+        assert tapped.taps[0].steps_at_cancel is not None
         return got
 
-    got = asyncio.run(run())
+    with holding_steps(service.engine):
+        got = asyncio.run(run())
     tap = tapped.taps[0]
-    deadline = time.monotonic() + 10
-    while tap.t_end is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tap.t_cancel is not None and tap.t_end is not None and tap.t_first_next is not None
+    assert tap.ended.wait(10) and tap.steps_at_cancel is not None
     result = tap.result
     assert result.timing.finish_reason == "cancelled"
-    assert got <= result.timing.frames < 400
-    # frames whose emit time (origin + t_ms) is after the cancel: at most the one in flight
-    cancel_ms = (tap.t_cancel - tap.t_first_next) * 1000
-    assert sum(t > cancel_ms + 1.0 for t in tap.t_ms) <= 1
+    assert got <= result.timing.frames <= 2  # the first, and the one held when the cancel came
+    # steps are counted as they start: at most one more, whose round looked before the cancel
+    assert service.engine.stats()["steps"] <= tap.steps_at_cancel + 1
     assert result.audio_key is None  # a cancelled rendering is not stored
 
 
@@ -312,7 +315,7 @@ class _DyingStream(_Tap):
     """A real stream whose engine "dies" after the first chunk (as SynthesisStream reports it)."""
 
     def __next__(self) -> Any:
-        if self.t_ms:
+        if self.chunks:
             self.stream.cancel()
             raise EngineUnavailable("the engine stopped while this request was running")
         return super().__next__()
@@ -320,8 +323,8 @@ class _DyingStream(_Tap):
 
 def test_a_dead_engine_fails_the_job_and_asks_the_worker_to_exit(service: Any) -> None:
     class Dying(_TappedService):
-        def synthesize(self, *args: Any, **kwargs: Any) -> _Tap:
-            return _DyingStream(self._service.synthesize(*args, **kwargs))
+        def _tap(self, stream: Any) -> _Tap:
+            return _DyingStream(stream, lambda: 0)
 
     handler = RunpodHandler(Dying(service), RunpodConfig())  # type: ignore[arg-type]
     exits: list[bool] = []
@@ -332,18 +335,20 @@ def test_a_dead_engine_fails_the_job_and_asks_the_worker_to_exit(service: Any) -
 
 def test_a_slow_consumer_gets_waiting_chunks_merged_into_one_message(service: Any) -> None:
     req = {"text": TEXT, "voice": "ryan", "max_frames": 12, "first_chunk_frames": 1, "chunk_frames": 1}
+    tapped = _TappedService(service)
+    handler = RunpodHandler(tapped, RunpodConfig())  # type: ignore[arg-type]
 
     async def slow() -> list[dict[str, Any]]:
         out = []
-        async for m in _handler(service).handle({"id": "slow", "input": req}):
+        async for m in handler.handle({"id": "slow", "input": req}):
             out.append(m)
-            if len(out) == 1:
-                await asyncio.sleep(1.0)  # e.g. a slow stream POST: the engine runs ahead meanwhile
+            if len(out) == 1:  # e.g. a slow stream POST: the engine runs ahead meanwhile, here to its end
+                assert await asyncio.to_thread(tapped.taps[0].ended.wait, 60)
         return out
 
     *chunks, final = asyncio.run(slow())
-    assert chunks[1]["frames"] > 1 and len(chunks) < 12  # merged, not one message per frame
-    assert sum(c["frames"] for c in chunks) == 12 and [c["seq"] for c in chunks] == list(range(len(chunks)))
+    assert len(chunks) == 2  # the first, then every chunk that waited, merged into one message
+    assert sum(c["frames"] for c in chunks) == 12 and [c["seq"] for c in chunks] == [0, 1]
     assert stream_to_file(AudioFormat.WAV, 24000, _audio(chunks)) == service.store.get_bytes(
         final["audio_key"]
     )
