@@ -172,3 +172,100 @@ def test_queue_entry_points_wait_for_room_and_complete(service: Service, url: st
     messages = got["runpod"]
     audio = b"".join(base64.b64decode(m["audio"]) for m in messages if "audio" in m and not m.get("done"))
     assert audio == _pcm(SHORT) and "error" not in messages[-1]
+
+
+def _socket_until_closed(ws: Any) -> tuple[list[dict[str, Any]], bytes]:
+    """Every event and all the audio of a socket, up to its ``closed`` event."""
+    events: list[dict[str, Any]] = []
+    audio = b""
+    while not events or events[-1].get("type") != "closed":
+        raw = ws.recv(timeout=30)
+        if isinstance(raw, str):
+            events.append(json.loads(raw))
+        else:
+            audio += raw
+    return events, audio
+
+
+def _next_event(ws: Any, kind: str, audio: bytearray) -> dict[str, Any]:
+    """The socket's next ``kind`` event; the audio before it is added to ``audio``."""
+    while True:
+        raw = ws.recv(timeout=30)
+        if not isinstance(raw, str):
+            audio += raw
+        elif (event := json.loads(raw))["type"] == kind:
+            return event
+
+
+def _socket_audio(url: str, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
+    """A fresh socket's events and audio for ``messages`` (then ``close``)."""
+    with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream", open_timeout=30) as ws:
+        for message in [*messages, {"type": "close"}]:
+            ws.send(json.dumps(message))
+        return _socket_until_closed(ws)
+
+
+WS_CONFIG = {"type": "config", "voice": "low", "cache": False, "sample_rate": SAMPLE_RATE}
+
+
+def test_a_refused_websocket_turn_is_dropped_whole(service: Service, url: str) -> None:
+    """Words after a refused turn's first ones are not spoken once room frees up: never the middle of a
+    reply without its start. The next turn is admitted."""
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    early = bytearray()
+    with connect(ws_url, open_timeout=30) as ws:
+        ws.send(json.dumps(WS_CONFIG))
+        with (
+            httpx.Client(base_url=url, timeout=60) as http,
+            http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
+        ):
+            _over_capacity_once_measured(service)
+            ws.send(json.dumps({"type": "text", "text": "Thanks "}))
+            refused = _next_event(ws, "error", early)
+            assert running_one.read() == _pcm(LONG)
+        wait_until(lambda: service.engine.over_capacity() is None, 30, "room again")
+        ws.send(json.dumps({"type": "text", "text": "for calling."}))  # the refused turn's rest
+        ws.send(json.dumps({"type": "flush"}))
+        ws.send(json.dumps({"type": "text", "text": SHORT}))  # the next turn
+        ws.send(json.dumps({"type": "close"}))
+        events, audio = _socket_until_closed(ws)
+    assert refused["error"]["code"] == "over_capacity" and refused["retry_after_s"] == 1
+    assert not [e for e in events if e["type"] == "error"]
+    alone = _socket_audio(url, [WS_CONFIG, {"type": "text", "text": SHORT}])[1]
+    assert early + audio == alone and len(alone) > 0  # the next turn's, nothing of the refused one
+
+
+def test_a_websocket_turn_under_way_is_not_refused(service: Service, url: str) -> None:
+    """Sentences mode: the turn's second sentence starts while the engine is over capacity (a queue
+    job's stream twice as long started during the first): it is part of a reply already playing, so
+    it is spoken."""
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    first = " ".join(["word"] * 30) + "."  # 90 frames; the queue job's 180 outlast it
+    job_done = threading.Event()
+    got: dict[str, bytes] = {}
+
+    def queue_job() -> None:  # never refused: it waits for room (what an RQ job runs)
+        fields = {"text": LONG, "voice": "low", "response_format": "pcm", "sample_rate": SAMPLE_RATE}
+        got["job"] = b"".join(c.data for c in service.synthesize({**fields, "cache": False}, entry="rq"))
+        job_done.set()
+
+    config = {**WS_CONFIG, "text_mode": "sentences"}
+    early = bytearray()
+    with connect(ws_url, open_timeout=30) as ws:
+        ws.send(json.dumps(config))
+        ws.send(json.dumps({"type": "text", "text": f"{first} {SHORT}"}))
+        ws.send(json.dumps({"type": "flush"}))
+        assert _next_event(ws, "started", early)["segment"] == 0
+        job = threading.Thread(target=queue_job)
+        job.start()
+        _over_capacity_once_measured(service)  # the sentence and the job: one more is refused
+        second = _next_event(ws, "started", early)
+        over_capacity_then = not job_done.is_set()  # the job still ran when the second sentence opened
+        ws.send(json.dumps({"type": "close"}))
+        events, audio = _socket_until_closed(ws)
+        job.join(60)
+    assert second["segment"] == 1 and over_capacity_then
+    assert not [e for e in events if e["type"] == "error"]
+    assert got["job"] == _pcm(LONG)
+    alone = _socket_audio(url, [config, {"type": "text", "text": f"{first} {SHORT}"}, {"type": "flush"}])
+    assert early + audio == alone[1]

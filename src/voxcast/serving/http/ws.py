@@ -35,6 +35,13 @@ utterance whose text is still arriving), ``chunk`` (``segment``,
 stops, a connection still open at the drain deadline gets an ``error`` of code ``shutdown`` and is
 closed with code 1001 (going away).
 
+Past capacity (admission control, ``VOXCAST_ADMISSION``) a **turn** is refused whole or not at all: the
+text from one ``flush``, ``mark``, ``clear`` or ``config`` to the next. Its first utterance or sentence
+may get an ``error`` of code ``over_capacity`` with ``retry_after_s``; then the rest of that turn's text
+is dropped without another error (never the middle of a reply without its start), and the client may
+send the turn again after ``retry_after_s``. Once a turn has started speaking, its later utterances and
+sentences are never refused.
+
 Segments (utterances or sentences) are spoken one after another with the same voice, settings and
 seed. An utterance that gets no text for ``VOXCAST_TEXT_WAIT_S`` is taken as complete; text after
 that starts a new one, as does text after the utterance's audio ended on its own (its ``max_frames``,
@@ -55,7 +62,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxcast.audio.formats import AudioFormat
 from voxcast.engine.request import MAX_TEXT_CHARS, parse_request
-from voxcast.errors import InvalidRequest, VoxcastError
+from voxcast.errors import InvalidRequest, OverCapacity, VoxcastError
 from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
@@ -96,9 +103,11 @@ class _Segment:
     epoch: int
     config: dict[str, Any]
     framer: _Framer
+    turn: int
     stream: ServiceStream | None = None
     chars: int = 0
     taken: bool = False
+    admitted: bool = False  # its first audio came: the engine took it
 
 
 @dataclass
@@ -193,6 +202,9 @@ class SpeechSocket:
         self.framer = _Framer(0, b"")
         self.buffer = SentenceBuffer()
         self.epoch = 0
+        self.turn = 0  # the turn taking text: a flush, mark, clear or config ends it
+        self.admitted_turn = -1  # the last turn with a segment admitted: the rest of it is not refusable
+        self.refused_turn = -1  # the last turn refused: the rest of its text is dropped
         self.segments = 0
         self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
         self.queued_chars = 0
@@ -263,6 +275,8 @@ class SpeechSocket:
                 raise InvalidRequest(
                     f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
+            if self.refused_turn == self.turn:
+                return False  # the turn was refused: none of its text is spoken (one error said so)
             if self.text_mode == "words":
                 await self._push_words(text)
             else:
@@ -299,6 +313,8 @@ class SpeechSocket:
             raise InvalidRequest(
                 "type must be config, text, flush, mark, clear, cancel or close", field="type"
             )
+        if kind != "text":  # after what the message queued: the next text starts a new turn
+            self.turn += 1
         return False
 
     def _configure(self, msg: dict[str, Any]) -> None:
@@ -345,12 +361,16 @@ class SpeechSocket:
         """Feed a delta to the utterance under way, opening one (queued in order) when none is."""
         seg = self.open
         if seg is not None and _full(seg, len(text)):
+            if seg.turn == self.turn and not seg.admitted and seg.epoch == self.epoch:
+                self.refused_turn = self.turn  # it ended before any audio: refused (its error follows)
+                return
             self._close_utterance()  # a new one
             seg = None
         if seg is None or seg.epoch != self.epoch:
             assert self.config is not None
-            stream = self.service.open(self.config, entry="websocket", refusable=True)
-            seg = self.open = _Segment("", self.epoch, dict(self.config), self.framer, stream)
+            refusable = self.turn != self.admitted_turn
+            stream = self.service.open(self.config, entry="websocket", refusable=refusable)
+            seg = self.open = _Segment("", self.epoch, dict(self.config), self.framer, self.turn, stream)
             await self.queue.put(seg)
         assert seg.stream is not None
         seg.stream.push(text)
@@ -372,7 +392,7 @@ class SpeechSocket:
         for piece in pieces:
             self.queued_chars += len(piece)
             await self.queue.put(
-                _Segment(piece, self.epoch, dict(self.config or {}), self.framer, chars=len(piece))
+                _Segment(piece, self.epoch, dict(self.config or {}), self.framer, self.turn, chars=len(piece))
             )
 
     def _took(self, item: _Segment | _Mark | None) -> None:
@@ -442,16 +462,26 @@ class SpeechSocket:
         if task is not None and loop is not None:
             loop.call_soon_threadsafe(task.cancel)
 
+    def _failed(self, item: _Segment, e: VoxcastError) -> None:
+        """A segment failed; refused before any audio, its turn is refused: the rest is dropped."""
+        if isinstance(e, OverCapacity) and not item.admitted:
+            self.refused_turn = max(self.refused_turn, item.turn)
+
     async def _segment(self, item: _Segment) -> None:
+        if item.stream is None and item.turn == self.refused_turn:
+            return  # a later sentence of a refused turn: dropped with it (its error was sent)
         segment = self.segments
         self.segments += 1
         stream = item.stream
         if stream is None:
             try:
                 stream = self.service.synthesize(
-                    {**item.config, "text": item.text}, entry="websocket", refusable=True
+                    {**item.config, "text": item.text},
+                    entry="websocket",
+                    refusable=item.turn != self.admitted_turn,  # a turn under way is never refused
                 )
             except VoxcastError as e:
+                self._failed(item, e)
                 await self.send({**_err(e), "segment": segment})
                 return
         self.current = stream
@@ -473,6 +503,9 @@ class SpeechSocket:
                 }
             )
             async for chunk in pump:
+                if not item.admitted:
+                    item.admitted = True
+                    self.admitted_turn = max(self.admitted_turn, item.turn)
                 if item.epoch != self.epoch:
                     break
                 frames = self._out.feed(chunk.data)
@@ -491,6 +524,7 @@ class SpeechSocket:
                         break
                     await self.send(self._out.message(frame))
         except VoxcastError as e:
+            self._failed(item, e)
             await self.send({**_err(e), "segment": segment})
             return
         finally:
