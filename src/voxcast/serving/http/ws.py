@@ -361,9 +361,6 @@ class SpeechSocket:
         """Feed a delta to the utterance under way, opening one (queued in order) when none is."""
         seg = self.open
         if seg is not None and _full(seg, len(text)):
-            if seg.turn == self.turn and not seg.admitted and seg.epoch == self.epoch:
-                self.refused_turn = self.turn  # it ended before any audio: refused (its error follows)
-                return
             self._close_utterance()  # a new one
             seg = None
         if seg is None or seg.epoch != self.epoch:
