@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.fixtures.engines import counting_rounds
 from tests.fixtures.polling import wait_until
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
@@ -93,7 +94,8 @@ def test_a_waiting_stream_costs_no_steps_and_does_not_hold_others(engine: Engine
     other = engine.synthesize({**BASE, "text": "Another stream runs meanwhile.", "max_frames": 12})
     assert sum(c.frames for c in other) == 12  # not held behind the waiting stream
     steps = engine.stats()["steps"]
-    time.sleep(0.3)
+    with counting_rounds(engine) as wait_round:
+        wait_round()
     assert engine.stats()["steps"] == steps  # nothing stepped while the only stream waits
     waiting.push("friend.")
     waiting.close_text()
