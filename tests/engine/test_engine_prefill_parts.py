@@ -8,7 +8,6 @@ the one-pass prefill up to float rounding: on the tiny checkpoint greedy codes a
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.polling import wait_until
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SamplingParams
@@ -199,7 +199,7 @@ def test_requests_arriving_together_start_together(
         def slow_first(*a: object, **kw: object) -> object:
             calls.append(1)
             if len(calls) == 1:  # the others queue up meanwhile: a burst
-                time.sleep(0.3)
+                wait_until(lambda: engine.stats()["waiting"] == 2, what="the other two requests queued")
             return real(*a, **kw)
 
         monkeypatch.setattr(engine.model, name, slow_first)
@@ -218,7 +218,6 @@ def test_requests_arriving_together_start_together(
         threads = [threading.Thread(target=play, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
-            time.sleep(0.02)
         for t in threads:
             t.join(timeout=60)
         firsts, seconds = [c[0] for c in chunks], [c[1] for c in chunks]
