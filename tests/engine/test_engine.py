@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from tests.fixtures.engines import holding_steps
+from tests.fixtures.engines import holding_steps, sharing_steps
 from voxcast.config import EngineConfig, max_frames_for_text
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
@@ -135,10 +135,11 @@ def test_concurrent_streams_interleave_and_match_sequential(cv_engine: Engine) -
         results[seed] = np.concatenate([c.pcm for c in chunks])
 
     threads = [threading.Thread(target=worker, args=(s,)) for s in seeds]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    with sharing_steps(cv_engine, len(seeds)):  # none can finish before the last has started
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
     for s in seeds:
         assert np.array_equal(results[s], sequential[s])
     # interleaved, not queued: every stream's first chunk comes before any stream's last chunk
