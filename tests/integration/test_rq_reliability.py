@@ -21,8 +21,10 @@ import soundfile as sf
 from rq import Queue
 from rq.job import Retry
 
+from tests.fixtures.models import build_cached_toy
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.rq_worker import WorkerProcess, wait_for_chunks
+from tests.toy_family.family import held_env
 from voxcast.serving.rq.client import JobFailed, QueueClient, StreamCapture
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.dead_letter import read_dead_letters
@@ -34,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 QUEUE = "vx-rel"
 CFG = QueueConfig(queues=(QUEUE,), retries=0)
 LONG = {"text": "This sentence is long enough to keep the tiny model busy for a while.", "voice": "vivian"}
+TOY = {"text": "Thanks for calling us today.", "voice": "low"}
+"""A request to the toy family (tests/toy_family)."""
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +48,9 @@ def env(tiny_model_dir, tmp_path: Path, redis_client: redis.Redis, redis_url: st
     model = tiny_model_dir("custom_voice")
     workers: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
-        w = WorkerProcess(redis_url, model, tmp_path / "store", tmp_path / f"worker{len(workers)}.log", QUEUE)
+    def start(checkpoint: Path = model, **extra: str) -> WorkerProcess:
+        log = tmp_path / f"worker{len(workers)}.log"
+        w = WorkerProcess(redis_url, checkpoint, tmp_path / "store", log, QUEUE, extra)
         workers.append(w)
         return w
 
@@ -67,15 +72,17 @@ def owner(workers: list[WorkerProcess], client: redis.Redis, job_id: str) -> Wor
     return next(w for w in workers if w.name == name)
 
 
-def test_sigkilled_workers_job_is_failed_or_retried_and_leaves_no_object(env, redis_client) -> None:
+def test_sigkilled_workers_job_is_failed_or_retried_and_leaves_no_object(env, redis_client, tmp_path) -> None:
+    """The workers serve the toy family, held after each stream's first frame while ``hold`` exists:
+    a job is still running when its worker is killed, however fast the host."""
     client: QueueClient = env["client"]
-    workers = [env["start"]() for _ in range(3)]
+    hold = tmp_path / "hold"
+    workers = [env["start"](build_cached_toy(), **held_env(hold)) for _ in range(3)]
     for w in workers:
         w.wait_ready(redis_client)
-    doomed = client.enqueue(
-        {**LONG, "max_frames": 200, "seed": 11}
-    )  # cacheable: would fill the cache at the end
-    wait_for_chunks(redis_client, doomed, 2)
+    hold.touch()
+    doomed = client.enqueue({**TOY, "seed": 11})  # cacheable: would fill the cache at the end
+    wait_for_chunks(redis_client, doomed, 1)
     first = owner(workers, redis_client, doomed)
     first.kill()
     t_kill = time.monotonic()
@@ -86,11 +93,12 @@ def test_sigkilled_workers_job_is_failed_or_retried_and_leaves_no_object(env, re
     last = read_all(redis_client, stream_key(doomed))[-1]
     assert last.type is EntryType.ERROR and last.info["code"] == "worker_lost"
 
-    retried = client.enqueue({**LONG, "max_frames": 40}, retries=1)
-    wait_for_chunks(redis_client, retried, 2)
+    retried = client.enqueue(TOY, retries=1)
+    wait_for_chunks(redis_client, retried, 1)
     second = owner(workers, redis_client, retried)
     second.kill()
     t_kill = time.monotonic()
+    hold.unlink()  # its second attempt may run to its end
     result = client.wait(retried, timeout_s=90)  # requeued by the last worker, which then runs it
     retried_s = time.monotonic() - t_kill
     assert result["status"] == "finished" and result["attempt"] == 2

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.models import build_cached
+from tests.fixtures.models import build_cached_toy
 from tests.fixtures.polling import wait_until
 from tests.fixtures.procs import free_port
 from tests.fixtures.runpod_control_plane import (
@@ -28,14 +28,13 @@ from tests.fixtures.runpod_control_plane import (
     running_worker,
     start_worker,
 )
+from tests.toy_family.family import held_env
 from tests.toy_family.model import FRAMES_PER_WORD
-from voxcast.models import registry
 
 pytest.importorskip("runpod")
 pytestmark = pytest.mark.slow
 
 TEXT = "Hello there, this is a test of streaming."
-TOY_FAMILY = "tests.toy_family.family"
 HELD = {"text": "one two three", "voice": "low", "first_chunk_frames": 1, "chunk_frames": 1}
 """A request to the toy family: one chunk per frame."""
 HELD_FRAMES = FRAMES_PER_WORD * 3
@@ -70,11 +69,8 @@ def worker(
 @pytest.fixture(scope="module")
 def held_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """A worker on the toy family (tests/toy_family) whose model a test can hold (:func:`hold`)."""
-    registry.register(TOY_FAMILY)
     d = tmp_path_factory.mktemp("rp_held")
-    env = _worker_env(
-        build_cached("toy_sine"), d / "store", VOXCAST_FAMILIES=TOY_FAMILY, VOXCAST_TOY_HOLD=str(d / "hold")
-    )
+    env = _worker_env(build_cached_toy(), d / "store", **held_env(d / "hold"))
     with FakeControlPlane() as plane, running_worker(plane, env, d / "worker.log") as w:
         yield w
 

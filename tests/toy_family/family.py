@@ -7,7 +7,19 @@ from pathlib import Path
 
 from voxcast.models.base import LoadOptions, ModelFamily, Setting, TestCheckpoints, TTSModel, int_in
 
-__all__ = ["FAMILY", "PITCHES", "SAMPLES_PER_FRAME", "SAMPLE_RATE", "load", "make_checkpoint"]
+__all__ = [
+    "FAMILY",
+    "MODULE",
+    "PITCHES",
+    "SAMPLES_PER_FRAME",
+    "SAMPLE_RATE",
+    "held_env",
+    "load",
+    "make_checkpoint",
+]
+
+MODULE = __name__
+"""What ``registry.register`` and ``VOXCAST_FAMILIES`` take."""
 
 SAMPLE_RATE = 16000  # not the 24 kHz of both real families: the service resamples
 SAMPLES_PER_FRAME = 1280  # 12.5 frames a second
@@ -18,6 +30,12 @@ def load(root: Path, options: LoadOptions) -> TTSModel:
     from tests.toy_family.model import SineModel
 
     return SineModel(root, options)
+
+
+def held_env(hold: Path) -> dict[str, str]:
+    """The environment of a process serving the toy family whose streams get no frame after their
+    first while the file ``hold`` exists (``toy_hold``)."""
+    return {"VOXCAST_FAMILIES": MODULE, "VOXCAST_TOY_HOLD": str(hold)}
 
 
 def make_checkpoint(
