@@ -210,37 +210,40 @@ def test_rp_serve_api_runsync_smoke(tiny_model_dir: Callable[..., Path], tmp_pat
             proc.wait(10)
 
 
-def test_sigterm_mid_job_lets_it_finish_within_the_drain_then_exits_0(
-    tiny_model_dir: Callable[..., Path], tmp_path: Path
-) -> None:
-    env = _worker_env(tiny_model_dir("custom_voice"), tmp_path / "store", VOXCAST_DRAIN_S="600")
+def test_sigterm_mid_job_lets_it_finish_within_the_drain_then_exits_0(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    env = _worker_env(build_cached_toy(), tmp_path / "store", VOXCAST_DRAIN_S="600", **held_env(hold))
     with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as w:
-        # 300 frames (~3 s on a loaded 2-core host, 13 s for 1200): still running when the signal lands,
-        # which follows the second of ~38 chunk posts (else no "draining: 1 in flight" below)
-        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 300, "seed": 1, "chunk_frames": 8})
-        plane.wait_streams(job, 2, 60)
+        hold.touch()  # the job is held after its first frame: still running when the signal lands
+        job = plane.submit(HELD)
+        plane.wait_streams(job, 1, 60)
         children = _children(w.proc.pid)
         assert children  # the SDK's heartbeat process
         w.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "draining: 1 in flight, deadline 600 s" in w.log(), what="the drain")
+        hold.unlink()
         rec = plane.wait_done(job, 120)
-        assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == 300
+        assert rec.outputs[-1]["done"] is True and rec.outputs[-1]["timing"]["frames"] == HELD_FRAMES
         assert w.proc.wait(timeout=60) == 0
-        assert "draining: 1 in flight, deadline 600 s" in w.log()
         assert not [pid for pid in children if _alive(pid)]  # none outlives the worker
 
 
 def test_a_job_running_at_the_drain_deadline_ends_with_shutdown_and_the_worker_exits_0(
-    tiny_model_dir: Callable[..., Path], tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    env = _worker_env(tiny_model_dir("custom_voice"), tmp_path / "store", VOXCAST_DRAIN_S="0")
+    hold = tmp_path / "hold"
+    env = _worker_env(build_cached_toy(), tmp_path / "store", VOXCAST_DRAIN_S="0", **held_env(hold))
     with FakeControlPlane() as plane, running_worker(plane, env, tmp_path / "worker.log") as w:
-        job = plane.submit({"text": TEXT, "voice": "ryan", "max_frames": 8000, "seed": 1})
-        plane.wait_streams(job, 2, 60)
+        hold.touch()  # the job is held after its first frame: still running at the deadline
+        job = plane.submit(HELD)
+        plane.wait_streams(job, 1, 60)
         w.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "drain deadline passed: cancelling 1 in flight" in w.log(), what="the deadline")
+        hold.unlink()
         rec = plane.wait_done(job, 60)
         error = json.loads(rec.done["error"])
         assert error["code"] == "shutdown" and "drain deadline" in error["message"]
-        assert len(rec.streams) >= 2 and w.proc.wait(timeout=60) == 0
+        assert len(rec.streams) >= 1 and w.proc.wait(timeout=60) == 0
 
 
 def _children(pid: int) -> list[int]:
