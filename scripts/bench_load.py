@@ -542,7 +542,9 @@ def run_target(target: Target, args: argparse.Namespace, frame_rate: float) -> d
         "first_request_ttfa_ms": first.ttfa_ms,
         "first_status": first.status,
     }
-    print(f"  ready in {target.ready_s or 0:.1f} s, first request's first audio {first.ttfa_ms} ms", flush=True)
+    print(
+        f"  ready in {target.ready_s or 0:.1f} s, first request's first audio {first.ttfa_ms} ms", flush=True
+    )
     levels = []
     for kind, value in levels_of(args):
         if kind == "rate":

@@ -8,8 +8,8 @@ import pytest
 from voxcast.config import EngineConfig
 from voxcast.engine.pacing import (
     MAX_SKIP_S,
-    BusyMeter,
     MIN_SAMPLES,
+    BusyMeter,
     Room,
     RoundCosts,
     Row,

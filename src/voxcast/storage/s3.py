@@ -51,7 +51,7 @@ def make_s3_client(config: StorageConfig) -> Any:
     )
     botocfg = Config(
         s3={"addressing_style": "path" if config.path_style else "auto"},
-        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        retries={"total_max_attempts": config.max_attempts, "mode": "standard"},  # the first one included
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s,
         max_pool_connections=config.max_pool_connections,
