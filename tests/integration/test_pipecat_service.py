@@ -352,6 +352,56 @@ def test_llm_tokens_are_spoken_as_one_utterance_over_the_websocket(base_url: str
     assert not sink.errors()
 
 
+@pytest.mark.parametrize("capacity_wait_s", [3.0, 0.0])
+def test_a_reply_refused_past_capacity_is_sent_again_over_the_websocket(
+    base_url: str, service: Service, monkeypatch: pytest.MonkeyPatch, capacity_wait_s: float
+) -> None:
+    """The server refuses the reply's turn once (an ``over_capacity`` error, ``retry_after_s`` 1,
+    the rest of the turn dropped): the service sends the whole turn again after it and the reply is
+    spoken whole, byte for byte; with ``capacity_wait_s=0`` it gives up with an ErrorFrame."""
+    text = "Sure, I can help with that. Your order shipped yesterday."
+    extra = {"seed": 6, "max_frames": 30, "cache": False}
+    asked: list[int] = []
+
+    def busy_once() -> str | None:  # the engine's admission check, refusing the first stream only
+        asked.append(1)
+        return "test" if len(asked) == 1 else None
+
+    monkeypatch.setattr(service.engine, "over_capacity", busy_once)
+    tts = VoxcastWebsocketTTSService(
+        base_url=base_url,
+        api_key=KEY,
+        extra=extra,
+        settings=VoxcastWebsocketTTSService.Settings(voice="ryan"),
+        capacity_wait_s=capacity_wait_s,
+    )
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        for token in _tokens(text):
+            await worker.queue_frame(LLMTextFrame(token))
+            await asyncio.sleep(0.01)
+        await worker.queue_frame(LLMFullResponseEndFrame())
+        await asyncio.wait_for(_stopped(sink), 60)
+
+    sink = asyncio.run(_run(tts, script, 16000))
+    monkeypatch.undo()
+    spoken = b"".join(f.audio for f in sink.frames if isinstance(f, TTSAudioRawFrame))
+    if capacity_wait_s == 0:
+        assert not spoken and any("over capacity: test" in e for e in sink.errors())
+        return
+    whole = b"".join(
+        c.data
+        for c in service.synthesize(
+            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000,
+             "non_streaming_text": False, **extra}
+        )
+    )  # fmt: skip
+    assert len(asked) == 2 and spoken == whole and not sink.errors()
+    kinds = [type(f) for f in sink.frames if isinstance(f, TTSStartedFrame | TTSStoppedFrame)]
+    assert kinds == [TTSStartedFrame, TTSStoppedFrame]  # one turn, whole
+
+
 def test_an_interruption_clears_the_websocket_utterance(base_url: str, service: Service) -> None:
     opened = Recorder(service)
     try:

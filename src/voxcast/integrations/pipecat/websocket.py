@@ -7,7 +7,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame, TTSStoppedFrame
@@ -36,6 +36,10 @@ class _Run:
     mark: str | None = None
     final: bool = False  # the turn's text ends with this run
     server_ended: bool = False
+    texts: list[str] = field(default_factory=list)  # its text as sent: sent again after a refusal
+    audio: bool = False  # audio of it came
+    waiting: bool = False  # refused past capacity: its text is held until it is sent again
+    waited_s: float = 0.0
 
 
 class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
@@ -47,6 +51,14 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
     (after ``VOXCAST_TEXT_WAIT_S`` without text it ends one and opens the next itself), and the
     turn's ``TTSStoppedFrame`` follows its last audio. ``clear`` drops every turn under way; what
     the server sends before its ``cleared`` answer belongs to the cleared speech.
+
+    Past capacity the server refuses a turn whole (an ``error`` of code ``over_capacity`` before any of
+    its audio, the rest of its text dropped up to the next ``flush`` or ``mark``). The service then
+    ends the refused turn on the server (``flush``), holds the turn's later tokens, and after
+    ``retry_after_s`` sends the turn's text again, for up to ``capacity_wait_s`` in all: a busy moment
+    delays the reply instead of dropping it. Only a turn with no other turn queued behind it is sent
+    again (so turns are never spoken out of order); otherwise, or past ``capacity_wait_s``, the error
+    becomes an ``ErrorFrame``.
     """
 
     def __init__(
@@ -57,6 +69,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         sample_rate: int | None = None,
         extra: Mapping[str, Any] | None = None,
         settings: VoxcastTTSSettings | None = None,
+        capacity_wait_s: float = 3.0,
         **kwargs: Any,
     ) -> None:
         """
@@ -67,6 +80,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             extra: more request fields for every utterance (``seed``, ``temperature``, ...).
             settings: voice, language, instructions, speed (updatable while the pipeline runs; a
                 change takes effect at the next turn).
+            capacity_wait_s: how long a turn the server refused past capacity may wait in all before
+                it is sent again (after each ``retry_after_s``); 0: no retry, an ``ErrorFrame``.
         """
         kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
         super().__init__(
@@ -88,6 +103,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         self._open: _Run | None = None  # the run taking text (the last of them, its mark not sent)
         self._marks = 0  # marks sent on this connection (their names)
         self._clears = 0  # "clear" sent, "cleared" not received yet
+        self._capacity_wait_s = max(0.0, capacity_wait_s)
+        self._stale_marks: set[str] = set()  # marks of refused runs sent again: their echoes mean nothing
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
@@ -162,7 +179,11 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
                     self._config_sent = config
                 self._open = _Run(context_id)
                 self._runs.append(self._open)
-            await self._send({"type": "text", "text": text})
+            open_run = self._open
+            assert open_run is not None
+            open_run.texts.append(text)
+            if not open_run.waiting:  # a refused run's text waits to be sent again with the rest
+                await self._send({"type": "text", "text": text})
             if self._is_bare(context_id):  # text outside any turn: all of its context is here
                 await self._end_run(final=True)
         except Exception as e:
@@ -176,6 +197,12 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         run, self._open = self._open, None
         assert run is not None
         run.final = final
+        if not run.waiting:  # a refused run's mark goes after its text, when it is sent again
+            await self._send_mark(run)
+        else:
+            run.mark = ""  # ended: marked once sent again
+
+    async def _send_mark(self, run: _Run) -> None:
         self._marks += 1
         run.mark = f"voxcast-pipecat-{self._marks}"
         await self._send({"type": "mark", "name": run.mark})
@@ -207,6 +234,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         assert self._websocket is not None
         async for message in self._websocket:
             if isinstance(message, bytes):
+                if self._runs and not self._clears:
+                    self._runs[0].audio = True
                 ctx = self._runs[0].context_id if self._runs and not self._clears else None
                 if ctx is not None and self.audio_context_available(ctx):
                     await self.append_to_audio_context(
@@ -222,11 +251,57 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         elif self._clears:  # the cleared speech's last words
             return
         elif kind == "mark":
-            await self._run_spoken(event.get("name"))
+            name = event.get("name")
+            if name in self._stale_marks:
+                self._stale_marks.discard(name)
+            else:
+                await self._run_spoken(name)
         elif kind == "segment_done":
             self._segment_done(event.get("timing") or {})
         elif kind == "error":
-            await self.push_error(error_msg=f"voxcast: {error_text(event.get('error') or {})}")
+            error = event.get("error") or {}
+            if error.get("code") == "over_capacity" and await self._refused(event.get("retry_after_s")):
+                return
+            await self.push_error(error_msg=f"voxcast: {error_text(error)}")
+
+    async def _refused(self, retry_after_s: Any) -> bool:
+        """The server refused the oldest run's turn past capacity: send it again after
+        ``retry_after_s`` when it may still wait and no other turn is queued behind it (True)."""
+        run = self._runs[0] if len(self._runs) == 1 else None
+        delay = float(retry_after_s) if isinstance(retry_after_s, int | float) else 1.0
+        if run is None or run.audio or run.waiting or run.waited_s + delay > self._capacity_wait_s:
+            return False
+        run.waiting = True
+        if run.mark:  # its turn already ended on the server: that mark's echo means nothing now
+            self._stale_marks.add(run.mark)
+            run.mark = ""
+        elif run.mark is None:
+            await self._send({"type": "flush"})  # end the refused turn there: the rest is held here
+        self.create_task(self._send_again(run, delay), name="voxcast-capacity-retry")
+        return True
+
+    async def _send_again(self, run: _Run, delay: float) -> None:
+        """After ``delay``: the refused run's text so far as one new turn (and its mark if it ended)."""
+        await asyncio.sleep(delay)
+        run.waited_s += delay
+        if run not in self._runs:  # interrupted meanwhile
+            return
+        if len(self._runs) > 1:  # another turn's text went out meanwhile: sent now, this one would follow it
+            self._runs.remove(run)
+            await self.push_error(
+                error_msg="voxcast: over capacity; the turn was dropped (another one started)"
+            )
+            if self.audio_context_available(run.context_id):
+                await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
+                await self.remove_audio_context(run.context_id)
+            return
+        run.waiting = False
+        try:
+            await self._send({"type": "text", "text": "".join(run.texts)})
+            if run.mark == "":
+                await self._send_mark(run)
+        except Exception as e:
+            await self.push_error(error_msg=f"voxcast: sending a refused turn again: {e}", exception=e)
 
     def _segment_done(self, timing: dict[str, Any]) -> None:
         """An utterance of the run still taking text ended: after a text timeout the server opens
@@ -237,7 +312,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
 
     async def _run_spoken(self, name: Any) -> None:
         """A run's mark came back: all its audio is out; the turn ends with its final run."""
-        while self._runs and self._runs[0].mark is not None:
+        while self._runs and self._runs[0].mark:  # sent ("" : to be sent again with a refused run)
             run = self._runs.popleft()
             if run.final and self.audio_context_available(run.context_id):
                 await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
