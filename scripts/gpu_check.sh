@@ -53,7 +53,7 @@ step_tests() {
         tests/engine/test_engine_batch_graphs.py 2>&1 | tee "$OUT/gpu-tests.log"
 }
 step_slots() {
-    timeout "${SLOTS_S:-150}" $PY scripts/bench_batch_frames.py --size "$QWEN_SIZE" "${QWEN[@]}" \
+    timeout "${SLOTS_S:-120}" $PY scripts/bench_batch_frames.py --size "$QWEN_SIZE" "${QWEN[@]}" \
         --streams "${SLOTS_STREAMS:-1,2,4,8,16}" --frames 48 --reps 2 --out "$OUT" 2>&1 | tee "$OUT/batch-frames.log"
 }
 step_slotserving() {
@@ -67,7 +67,7 @@ load_of() {  # size, rates, time limit, log name: capacity through the real HTTP
         --duration "${LOAD_DURATION_S:-8}" --max-active "${LOAD_MAX_ACTIVE:-32}" --out "$OUT" 2>&1 | tee "$OUT/$4.log"
 }
 step_load() { load_of "$QWEN_SIZE" "${LOAD_RATES:-5,15,30}" "${LOAD_S:-100}" load; }
-step_load17() { load_of "$QWEN_LARGE" "${LOAD17_RATES:-10,20}" "${LOAD17_S:-150}" load-large; }
+step_load17() { load_of "$QWEN_LARGE" "${LOAD17_RATES:-10,20}" "${LOAD17_S:-130}" load-large; }
 step_turbo() {
     timeout "${TURBO_S:-100}" $PY scripts/bench_chatterbox_turbo.py --size "$TURBO_SIZE" --device "$DEVICE" \
         --dtype "$DTYPE" --streams "${TURBO_STREAMS:-1,4}" --tokens 250 --static-decode "${TURBO_STATIC:-1}" \

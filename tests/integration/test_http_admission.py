@@ -280,3 +280,34 @@ def test_a_websocket_turn_under_way_is_not_refused(service: Service, url: str) -
     assert got["job"] == _pcm(LONG)
     alone = _socket_audio(url, [config, {"type": "text", "text": f"{first} {SHORT}"}, {"type": "flush"}])
     assert early + audio == alone[1]
+
+
+def test_a_pause_as_long_as_the_text_wait_ends_a_refused_turn(
+    service: Service, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that never sends flush or mark: after a refusal, text that comes after a pause longer
+    than VOXCAST_TEXT_WAIT_S (here 0.2 s) is a new turn, admitted, not dropped forever."""
+    from voxcast.serving.http.ws import SpeechSocket
+
+    monkeypatch.setattr(SpeechSocket, "_text_wait_s", property(lambda self: 0.2))
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    early = bytearray()
+    with connect(ws_url, open_timeout=30) as ws:
+        ws.send(json.dumps(WS_CONFIG))
+        with (
+            httpx.Client(base_url=url, timeout=60) as http,
+            http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
+        ):
+            _over_capacity_once_measured(service)
+            ws.send(json.dumps({"type": "text", "text": "Thanks "}))
+            refused = _next_event(ws, "error", early)
+            assert running_one.read() == _pcm(LONG)
+        wait_until(lambda: service.engine.over_capacity() is None, 30, "room again")
+        threading.Event().wait(0.3)  # the client pauses longer than the text wait (the input, not a check)
+        ws.send(json.dumps({"type": "text", "text": SHORT}))
+        ws.send(json.dumps({"type": "close"}))
+        events, audio = _socket_until_closed(ws)
+    assert refused["error"]["code"] == "over_capacity"
+    assert not [e for e in events if e["type"] == "error"]
+    alone = _socket_audio(url, [WS_CONFIG, {"type": "text", "text": SHORT}])[1]
+    assert early + audio == alone and len(alone) > 0

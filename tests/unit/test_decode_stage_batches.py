@@ -90,17 +90,15 @@ def test_the_worker_measures_its_busy_time_on_the_stage_clock() -> None:
 
         return job
 
-    def batch(items: list[object]) -> None:
-        now[0] += 0.25
-
-    stage = DecodeStage(True, batch=batch, clock=lambda: now[0])
-    stage.run(work(0.5), print)
-    stage.run(work(0.25, fail=True), print)
+    stage = DecodeStage(True, batch=lambda items: work(window / 8)(), clock=lambda: now[0])
+    window = stage.busy.window_s
+    stage.run(work(window / 4), print)
+    stage.run(work(window / 8, fail=True), print)
     stage.run_batched("a", 1, print)
     stage.join(timeout=10)
-    assert stage.busy.fraction(now[0]) == pytest.approx(1.0 / 2.0)
-    now[0] += 1.5  # the window now starts mid-way through the jobs: 0.5 s of them are in it
-    assert stage.busy.fraction(now[0]) == pytest.approx(0.5 / 2.0)
+    assert stage.busy.fraction(now[0]) == pytest.approx(0.5)  # half of the window, just now
+    now[0] += window * 3 / 4  # the window now holds only the last quarter window of the jobs
+    assert stage.busy.fraction(now[0]) == pytest.approx(0.25)
     inline = DecodeStage(False, clock=lambda: now[0])
     inline.run(work(0.5), print)
     assert inline.busy.fraction(now[0]) == 0.0

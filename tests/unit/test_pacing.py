@@ -134,6 +134,10 @@ def test_refuses_when_the_decode_thread_would_fall_behind() -> None:
     reason = over_capacity(Room(2, 0, 8), fast, FRAME, 0.8, queue=0, decode_busy=0.6)  # 3: 90 %
     assert reason is not None and "decoder is busy 60%" in reason and "VOXCAST_ADMISSION_LOAD" in reason
     assert over_capacity(Room(0, 0, 8), fast, FRAME, 0.8, queue=0, decode_busy=1.0) is None  # idle
+    # streams whose generation ended but whose last chunks wait for the decoder count for it
+    finishing = over_capacity(Room(0, 0, 8, finishing=2), fast, FRAME, 0.8, queue=0, decode_busy=0.9)
+    assert finishing is not None and "with 2 streams" in finishing
+    assert over_capacity(Room(0, 0, 8, finishing=2), fast, FRAME, 0.8, queue=0, decode_busy=0.3) is None
 
 
 def test_busy_meter_counts_the_last_window_and_a_running_job() -> None:

@@ -187,7 +187,7 @@ class RoundCosts:
         return base + slope * rows
 
 
-BUSY_WINDOW_S = 2.0
+BUSY_WINDOW_S = 1.0
 """Seconds over which :class:`BusyMeter` measures how busy a worker was."""
 
 
@@ -235,14 +235,18 @@ class Room:
         waiting: real-time streams queued for a slot (streams without a listener wait behind a new
             real-time one, so they do not count).
         max_active: slots.
+        finishing: streams whose generation ended but whose last chunks the decode thread has not
+            decoded yet (they hold no slot, but the decoder's time).
     """
 
     held: int
     waiting: int
     max_active: int
+    finishing: int = 0
 
     @property
     def idle(self) -> bool:
+        """No stream holds or waits for a slot (streams finishing may still keep the decoder busy)."""
         return self.held == 0 and self.waiting == 0
 
 
@@ -251,16 +255,16 @@ def over_capacity(
 ) -> str | None:
     """Why one more real-time stream would not keep every stream viable, or None when it fits.
 
-    Never refuses on an idle engine. Otherwise it refuses when
+    Never refuses on an idle engine whose decoder keeps up. Otherwise it refuses when
 
     - the new stream would wait for a slot behind more than ``queue`` others (``max_active`` full), or
     - the measured round time with every stream it would run together, the new one included, exceeds
       ``load`` x ``frame_s`` (a round must produce a frame of audio for each row faster than that
       frame plays). Before any round is measured this never refuses; or
-    - the decode thread, busy ``decode_busy`` of its time with the streams held, would be busy more
-      than ``load`` of it with one more (its share grown in proportion to the streams): the rounds
-      can be fast while the decoder falls behind (Chatterbox Turbo's flow and HiFT on a CPU), and
-      then every stream stalls.
+    - the decode thread, busy ``decode_busy`` of its time with the streams it decodes for (those held
+      and those finishing), would be busy more than ``load`` of it with one more (its share grown in
+      proportion to the streams): the rounds can be fast while the decoder falls behind (Chatterbox
+      Turbo's flow and HiFT on a CPU), and then every stream stalls.
 
     Args:
         room: the engine's occupancy.
@@ -271,6 +275,14 @@ def over_capacity(
         queue: streams that may wait for a slot beyond ``max_active``.
         decode_busy: the share of the last seconds the decode thread was busy (0: none, or inline).
     """
+    decoding = room.held + room.finishing
+    with_one_more = decoding + room.waiting + 1
+    if decoding and decode_busy * with_one_more / decoding > load:  # first: it slows rounds too
+        return (
+            f"the decoder is busy {decode_busy:.0%} of the time with {decoding} streams: {with_one_more}"
+            f" would need about {decode_busy * with_one_more / decoding:.0%}, over {load:g}"
+            " (VOXCAST_ADMISSION_LOAD)"
+        )
     if room.idle:
         return None
     rows = room.held + room.waiting + 1
@@ -281,11 +293,6 @@ def over_capacity(
             f" (VOXCAST_MAX_ACTIVE, VOXCAST_ADMISSION_QUEUE={queue})"
         )
     batch = min(rows, room.max_active)
-    if room.held and decode_busy * batch / room.held > load:  # first: a busy decoder slows rounds too
-        return (
-            f"the decoder is busy {decode_busy:.0%} of the time with {room.held} streams: {batch} would"
-            f" need about {decode_busy * batch / room.held:.0%}, over {load:g} (VOXCAST_ADMISSION_LOAD)"
-        )
     step_s = costs.predict_s(batch)
     if step_s is not None and step_s > load * frame_s:
         return (

@@ -128,6 +128,8 @@ class Scheduler:
         self.last_active = time.monotonic()
         #: Streams waiting for a slot, taken real-time first (:class:`~voxcast.engine.pacing.Waiting`).
         self._pending: Waiting[SynthesisStream] = Waiting()
+        self._finishing = 0  # streams ended whose last decode job has not run (admission)
+        self._finishing_lock = threading.Lock()
         self._active: list[Active] = []
         self._prefilling: list[Active] = []  # admitted, prefill interleaved with the active frames
         self._ahead: list[Active] = []  # active long texts whose next piece is prefilled between frames
@@ -278,7 +280,7 @@ class Scheduler:
     def room(self) -> Room:
         """Slots held and streams waiting for one (a snapshot read off the scheduler thread)."""
         held = len(self._active) + len(self._prefilling)
-        return Room(held, self._pending.realtime, self.config.max_active)
+        return Room(held, self._pending.realtime, self.config.max_active, self._finishing)
 
     def _urgent(self) -> bool:
         """Whether a real-time request waits for its first chunk: prefilling, generating its first
@@ -894,8 +896,19 @@ class Scheduler:
             self._handoffs.append(act.stream)
 
     def _finish(self, act: Active, reason: str | None = None) -> None:
-        """End the request once its chunks are out: queued behind them on the decode stage."""
-        self._decode.run(lambda: self._complete(act, reason), act.fail)
+        """End the request once its chunks are out: queued behind them on the decode stage (until
+        then it counts as finishing: admission's decoder rule)."""
+        with self._finishing_lock:
+            self._finishing += 1
+
+        def complete() -> None:
+            try:
+                self._complete(act, reason)
+            finally:
+                with self._finishing_lock:
+                    self._finishing -= 1
+
+        self._decode.run(complete, act.fail)
 
     def _complete(self, act: Active, reason: str | None) -> None:
         self.last_active = time.monotonic()  # the idle clock starts when the last stream ends

@@ -105,6 +105,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         self._clears = 0  # "clear" sent, "cleared" not received yet
         self._capacity_wait_s = max(0.0, capacity_wait_s)
         self._stale_marks: set[str] = set()  # marks of refused runs sent again: their echoes mean nothing
+        self._retry: asyncio.Task[None] | None = None  # sends a refused run again
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
@@ -121,10 +122,10 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
 
     async def _disconnect(self) -> None:
         await super()._disconnect()
-        for task in (self._receive_task, self._keepalive):
+        for task in (self._receive_task, self._keepalive, self._retry):
             if task is not None:
                 await self.cancel_task(task)
-        self._receive_task = self._keepalive = None
+        self._receive_task = self._keepalive = self._retry = None
         await self._disconnect_websocket()
 
     async def _connect_websocket(self) -> None:
@@ -134,6 +135,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             self._websocket = await self._websocket_connect(self._url, additional_headers=self._headers)
             self._config_sent, self._open, self._clears = None, None, 0
             self._runs.clear()
+            self._stale_marks.clear()
         except Exception as e:  # reported as Pipecat expects; the base class retries
             self._websocket = None
             await self.push_error(error_msg=f"voxcast: cannot connect to {self._url}: {e}", exception=e)
@@ -173,6 +175,9 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             if run is None or run.context_id != context_id or run.server_ended:
                 if run is not None:  # another turn's text comes between (a TTSSpeakFrame): end the run
                     await self._end_run(final=False)
+                waiting = next((r for r in self._runs if r.waiting), None)
+                if waiting is not None:  # sent again later it would follow this turn: dropped now
+                    await self._give_up(waiting, "another turn started while it waited")
                 config = self._config()
                 if config != self._config_sent:
                     await self._send(config)
@@ -277,23 +282,29 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             run.mark = ""
         elif run.mark is None:
             await self._send({"type": "flush"})  # end the refused turn there: the rest is held here
-        self.create_task(self._send_again(run, delay), name="voxcast-capacity-retry")
+        self._retry = self.create_task(self._send_again(run, delay), name="voxcast-capacity-retry")
         return True
+
+    async def _give_up(self, run: _Run, why: str) -> None:
+        """A refused run is not sent again: an ErrorFrame, and its turn ends without audio."""
+        if self._retry is not None:
+            await self.cancel_task(self._retry)
+            self._retry = None
+        if run in self._runs:
+            self._runs.remove(run)
+        if self._open is run:
+            self._open = None
+        await self.push_error(error_msg=f"voxcast: over capacity; the turn was dropped ({why})")
+        if self.audio_context_available(run.context_id):
+            await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
+            await self.remove_audio_context(run.context_id)
 
     async def _send_again(self, run: _Run, delay: float) -> None:
         """After ``delay``: the refused run's text so far as one new turn (and its mark if it ended)."""
         await asyncio.sleep(delay)
+        self._retry = None
         run.waited_s += delay
-        if run not in self._runs:  # interrupted meanwhile
-            return
-        if len(self._runs) > 1:  # another turn's text went out meanwhile: sent now, this one would follow it
-            self._runs.remove(run)
-            await self.push_error(
-                error_msg="voxcast: over capacity; the turn was dropped (another one started)"
-            )
-            if self.audio_context_available(run.context_id):
-                await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
-                await self.remove_audio_context(run.context_id)
+        if run not in self._runs or self._websocket is None:  # interrupted, or the service stopped
             return
         run.waiting = False
         try:

@@ -205,6 +205,7 @@ class SpeechSocket:
         self.turn = 0  # the turn taking text: a flush, mark, clear or config ends it
         self.admitted_turn = -1  # the last turn with a segment admitted: the rest of it is not refusable
         self.refused_turn = -1  # the last turn refused: the rest of its text is dropped
+        self.last_text_t: float | None = None  # loop time of the last text (a long pause ends a turn)
         self.segments = 0
         self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
         self.queued_chars = 0
@@ -262,6 +263,8 @@ class SpeechSocket:
         """Act on one message; True after ``close``."""
         kind = msg.get("type")
         if kind == "config":
+            if self.refused_turn == self.turn:
+                self.buffer.clear()  # a refused turn's partial sentence is not spoken with the next
             self._configure(msg)
         elif kind == "text":
             text = msg.get("text")
@@ -275,6 +278,10 @@ class SpeechSocket:
                 raise InvalidRequest(
                     f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
+            now = asyncio.get_running_loop().time()
+            if self.last_text_t is not None and now - self.last_text_t > self._text_wait_s:
+                self.turn += 1  # as long a pause as ends an utterance ends its turn
+            self.last_text_t = now
             if self.refused_turn == self.turn:
                 return False  # the turn was refused: none of its text is spoken (one error said so)
             if self.text_mode == "words":
@@ -459,18 +466,26 @@ class SpeechSocket:
         if task is not None and loop is not None:
             loop.call_soon_threadsafe(task.cancel)
 
+    @property
+    def _text_wait_s(self) -> float:
+        return float(self.service.engine.config.text_wait_s)
+
     def _failed(self, item: _Segment, e: VoxcastError) -> None:
         """A segment failed; refused before any audio, its turn is refused: the rest is dropped."""
         if isinstance(e, OverCapacity) and not item.admitted:
             self.refused_turn = max(self.refused_turn, item.turn)
 
     async def _segment(self, item: _Segment) -> None:
-        if item.stream is None and item.turn == self.refused_turn:
-            return  # a later sentence of a refused turn: dropped with it (its error was sent)
+        if item.turn == self.refused_turn:  # a later utterance or sentence of a refused turn
+            if item.stream is not None:
+                item.stream.cancel()
+            return  # dropped with it (its error was sent)
         segment = self.segments
         self.segments += 1
         stream = item.stream
-        if stream is None:
+        if stream is not None:  # opened as its text began; refusable or not is decided now, as it starts
+            stream.refusable = item.turn != self.admitted_turn
+        else:
             try:
                 stream = self.service.synthesize(
                     {**item.config, "text": item.text},
