@@ -36,7 +36,8 @@ stops, a connection still open at the drain deadline gets an ``error`` of code `
 closed with code 1001 (going away).
 
 Past capacity (admission control, ``VOXCAST_ADMISSION``) a **turn** is refused whole or not at all: the
-text from one ``flush``, ``mark``, ``clear`` or ``config`` to the next. Its first utterance or sentence
+text from one ``flush``, ``mark``, ``clear`` or ``config`` to the next (or to a pause of more than
+``VOXCAST_TEXT_WAIT_S``). Its first utterance or sentence
 may get an ``error`` of code ``over_capacity`` with ``retry_after_s``; then the rest of that turn's text
 is dropped without another error (never the middle of a reply without its start), and the client may
 send the turn again after ``retry_after_s``. Once a turn has started speaking, its later utterances and
