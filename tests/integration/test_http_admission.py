@@ -132,13 +132,12 @@ def test_past_capacity_the_speech_route_answers_503_and_the_running_stream_plays
 
 
 def test_a_websocket_start_past_capacity_gets_an_over_capacity_error(service: Service, url: str) -> None:
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     with (
         httpx.Client(base_url=url, timeout=60) as http,
         http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
     ):
         _over_capacity_once_measured(service)
-        with connect(ws_url, open_timeout=30) as ws:
+        with connect(_ws_url(url), open_timeout=30) as ws:
             ws.send(json.dumps({"type": "config", "voice": "low", "cache": False}))
             ws.send(json.dumps({"type": "text", "text": SHORT}))
             ws.send(json.dumps({"type": "close"}))
@@ -210,7 +209,7 @@ def _next_event(ws: Any, kind: str, audio: bytearray) -> dict[str, Any]:
 
 def _socket_audio(url: str, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
     """A fresh socket's events and audio for ``messages`` (then ``close``)."""
-    with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream", open_timeout=30) as ws:
+    with connect(_ws_url(url), open_timeout=30) as ws:
         for message in [*messages, {"type": "close"}]:
             ws.send(json.dumps(message))
         return _socket_until_closed(ws)
@@ -219,22 +218,32 @@ def _socket_audio(url: str, messages: list[dict[str, Any]]) -> tuple[list[dict[s
 WS_CONFIG = {"type": "config", "voice": "low", "cache": False, "sample_rate": SAMPLE_RATE}
 
 
+def _ws_url(url: str) -> str:
+    return url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+def _refuse_a_turn(service: Service, url: str, ws: Any, early: bytearray) -> dict[str, Any]:
+    """Configure ``ws`` and start a turn ("Thanks ") while an HTTP stream holds the engine over
+    capacity: the turn's error event, once that stream has ended and there is room again."""
+    ws.send(json.dumps(WS_CONFIG))
+    with (
+        httpx.Client(base_url=url, timeout=60) as http,
+        http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
+    ):
+        _over_capacity_once_measured(service)
+        ws.send(json.dumps({"type": "text", "text": "Thanks "}))
+        refused = _next_event(ws, "error", early)
+        assert running_one.read() == _pcm(LONG)
+    wait_until(lambda: service.engine.over_capacity() is None, 30, "room again")
+    return refused
+
+
 def test_a_refused_websocket_turn_is_dropped_whole(service: Service, url: str) -> None:
     """Words after a refused turn's first ones are not spoken once room frees up: never the middle of a
     reply without its start. The next turn is admitted."""
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     early = bytearray()
-    with connect(ws_url, open_timeout=30) as ws:
-        ws.send(json.dumps(WS_CONFIG))
-        with (
-            httpx.Client(base_url=url, timeout=60) as http,
-            http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
-        ):
-            _over_capacity_once_measured(service)
-            ws.send(json.dumps({"type": "text", "text": "Thanks "}))
-            refused = _next_event(ws, "error", early)
-            assert running_one.read() == _pcm(LONG)
-        wait_until(lambda: service.engine.over_capacity() is None, 30, "room again")
+    with connect(_ws_url(url), open_timeout=30) as ws:
+        refused = _refuse_a_turn(service, url, ws, early)
         ws.send(json.dumps({"type": "text", "text": "for calling."}))  # the refused turn's rest
         ws.send(json.dumps({"type": "flush"}))
         ws.send(json.dumps({"type": "text", "text": SHORT}))  # the next turn
@@ -250,7 +259,6 @@ def test_a_websocket_turn_under_way_is_not_refused(service: Service, url: str) -
     """Sentences mode: the turn's second sentence starts while the engine is over capacity (a queue
     job's stream twice as long started during the first): it is part of a reply already playing, so
     it is spoken."""
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     first = " ".join(["word"] * 30) + "."  # 90 frames; the queue job's 180 outlast it
     job_done = threading.Event()
     got: dict[str, bytes] = {}
@@ -262,7 +270,7 @@ def test_a_websocket_turn_under_way_is_not_refused(service: Service, url: str) -
 
     config = {**WS_CONFIG, "text_mode": "sentences"}
     early = bytearray()
-    with connect(ws_url, open_timeout=30) as ws:
+    with connect(_ws_url(url), open_timeout=30) as ws:
         ws.send(json.dumps(config))
         ws.send(json.dumps({"type": "text", "text": f"{first} {SHORT}"}))
         ws.send(json.dumps({"type": "flush"}))
@@ -290,19 +298,9 @@ def test_a_pause_as_long_as_the_text_wait_ends_a_refused_turn(
     from voxcast.serving.http.ws import SpeechSocket
 
     monkeypatch.setattr(SpeechSocket, "_text_wait_s", property(lambda self: 0.2))
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     early = bytearray()
-    with connect(ws_url, open_timeout=30) as ws:
-        ws.send(json.dumps(WS_CONFIG))
-        with (
-            httpx.Client(base_url=url, timeout=60) as http,
-            http.stream("POST", "/v1/audio/speech", json=_body(LONG)) as running_one,
-        ):
-            _over_capacity_once_measured(service)
-            ws.send(json.dumps({"type": "text", "text": "Thanks "}))
-            refused = _next_event(ws, "error", early)
-            assert running_one.read() == _pcm(LONG)
-        wait_until(lambda: service.engine.over_capacity() is None, 30, "room again")
+    with connect(_ws_url(url), open_timeout=30) as ws:
+        refused = _refuse_a_turn(service, url, ws, early)
         threading.Event().wait(0.3)  # the client pauses longer than the text wait (the input, not a check)
         ws.send(json.dumps({"type": "text", "text": SHORT}))
         ws.send(json.dumps({"type": "close"}))

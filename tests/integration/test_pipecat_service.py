@@ -377,11 +377,7 @@ def test_a_reply_refused_past_capacity_is_sent_again_over_the_websocket(
     )
 
     async def script(worker: PipelineWorker, sink: Sink) -> None:
-        await worker.queue_frame(LLMFullResponseStartFrame())
-        for token in _tokens(text):
-            await worker.queue_frame(LLMTextFrame(token))
-            await asyncio.sleep(0.01)
-        await worker.queue_frame(LLMFullResponseEndFrame())
+        await _reply(worker, text, pause_s=0.01)
         await asyncio.wait_for(_stopped(sink), 60)
 
     sink = asyncio.run(_run(tts, script, 16000))
@@ -390,14 +386,7 @@ def test_a_reply_refused_past_capacity_is_sent_again_over_the_websocket(
     if capacity_wait_s == 0:
         assert not spoken and any("over capacity: test" in e for e in sink.errors())
         return
-    whole = b"".join(
-        c.data
-        for c in service.synthesize(
-            {"text": text, "voice": "ryan", "response_format": "pcm", "sample_rate": 16000,
-             "non_streaming_text": False, **extra}
-        )
-    )  # fmt: skip
-    assert len(asked) == 2 and spoken == whole and not sink.errors()
+    assert len(asked) == 2 and spoken == _pcm(service, text, extra) and not sink.errors()
     kinds = [type(f) for f in sink.frames if isinstance(f, TTSStartedFrame | TTSStoppedFrame)]
     assert kinds == [TTSStartedFrame, TTSStoppedFrame]  # one turn, whole
 
@@ -466,11 +455,13 @@ def _pcm(service: Service, text: str, extra: dict[str, Any]) -> bytes:
     return b"".join(c.data for c in service.synthesize({**request, "non_streaming_text": False}))
 
 
-async def _reply(worker: PipelineWorker, text: str) -> None:
-    """An LLM reply: its start, its tokens (long words split), its end."""
+async def _reply(worker: PipelineWorker, text: str, pause_s: float = 0.0) -> None:
+    """An LLM reply: its start, its tokens (long words split; ``pause_s`` after each), its end."""
     await worker.queue_frame(LLMFullResponseStartFrame())
     for token in _tokens(text):
         await worker.queue_frame(LLMTextFrame(token))
+        if pause_s:
+            await asyncio.sleep(pause_s)
     await worker.queue_frame(LLMFullResponseEndFrame())
 
 

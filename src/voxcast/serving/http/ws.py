@@ -373,8 +373,7 @@ class SpeechSocket:
             seg = None
         if seg is None or seg.epoch != self.epoch:
             assert self.config is not None
-            refusable = self.turn != self.admitted_turn
-            stream = self.service.open(self.config, entry="websocket", refusable=refusable)
+            stream = self.service.open(self.config, entry="websocket")  # refusable: set as it starts
             seg = self.open = _Segment("", self.epoch, dict(self.config), self.framer, self.turn, stream)
             await self.queue.put(seg)
         assert seg.stream is not None
