@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from voxcast.config import EngineConfig
-from voxcast.engine import scheduler as scheduler_module
+from voxcast.engine import delivery as delivery_module
 from voxcast.engine import warmup as warmup_module
 from voxcast.engine.active import ramp_frames
 from voxcast.engine.engine import Engine
@@ -78,7 +78,7 @@ def test_calibration_workload_runs_into_full_chunks(engine: Engine) -> None:
 def _costly_decodes(monkeypatch: pytest.MonkeyPatch, threaded: bool) -> None:
     """Each decode job run by a stage that is (``threaded``) or is not on a thread adds 10 s to the
     clock the calibration reads: a cost no load on the host can outweigh (nothing sleeps)."""
-    real_stage = scheduler_module.DecodeStage
+    real_stage = delivery_module.DecodeStage
     late = {"s": 0.0}
     monkeypatch.setattr(
         warmup_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + late["s"])
@@ -96,7 +96,7 @@ def _costly_decodes(monkeypatch: pytest.MonkeyPatch, threaded: bool) -> None:
             made.run = costly_run  # type: ignore[method-assign]
         return made
 
-    monkeypatch.setattr(scheduler_module, "DecodeStage", stage)
+    monkeypatch.setattr(delivery_module, "DecodeStage", stage)
 
 
 def test_thread_chosen_when_decoding_overlaps(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:

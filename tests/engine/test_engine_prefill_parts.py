@@ -138,14 +138,14 @@ def test_a_stream_that_fails_once_prefilled_fails_alone(
     cfg = EngineConfig(model=str(tiny_model_dir("custom_voice")), device="cpu", warmup=False)
     engine = Engine.load(cfg)
     try:
-        real = engine._scheduler._prefilled
+        real = engine._scheduler._pieces.prefilled
 
         def failing(act: object) -> None:
             if act.stream.request.voice == "vivian":  # type: ignore[attr-defined]
                 raise RuntimeError("broken after its prefill")
             real(act)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(engine._scheduler, "_prefilled", failing)
+        monkeypatch.setattr(engine._scheduler._pieces, "prefilled", failing)
         request = {"text": TEXT, "voice": "vivian", "greedy": True, "max_frames": 4}
         if pieces:
             bad = engine.open(request)

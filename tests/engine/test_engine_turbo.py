@@ -138,7 +138,7 @@ def test_derived_frame_limit_counts_turbo_frames(engine: Engine) -> None:
     from voxcast.config import max_frames_for_text
 
     # the runaway guard is written for 12.5 frames a second: Turbo's tokens are 25 a second
-    assert engine._scheduler._frame_limit("Hi there.") == 2 * max_frames_for_text("Hi there.")
+    assert engine._scheduler._pieces.frame_limit("Hi there.") == 2 * max_frames_for_text("Hi there.")
 
 
 def test_family_settings_reach_the_model_from_the_environment(turbo_model_dir: Path) -> None:

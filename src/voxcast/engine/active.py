@@ -17,7 +17,7 @@ from voxcast.engine.stream import SynthesisStream
 from voxcast.engine.timing import playback_stalls
 from voxcast.models.base import FrameGenerator, OpenPrompt, StreamingDecoder
 
-__all__ = ["Active", "fill_final_timing", "next_chunk_frames", "ramp_frames"]
+__all__ = ["Active", "fill_final_timing", "log_extra", "next_chunk_frames", "ramp_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,11 @@ class Active:
         """End the stream with ``exc``; later chunks and the end of this request are skipped."""
         self.failed = True
         self.stream._fail(exc)
+
+
+def log_extra(act: Active) -> dict[str, Any]:
+    """``extra`` naming an active stream's request on a line the engine thread logs."""
+    return {"request_id": act.stream.timing.request_id}
 
 
 def next_chunk_frames(act: Active, chunk_frames: int, ramp: bool) -> int:
