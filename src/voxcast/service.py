@@ -29,6 +29,7 @@ from voxcast.audio.encode import StreamEncoder, stream_to_file
 from voxcast.audio.formats import AudioFormat, file_content_type, file_extension, stream_content_type
 from voxcast.audio.stretch import TimeStretch
 from voxcast.audio.wav import WavCodec, data_span, stream_header
+from voxcast.audio.word_times import estimate_word_times, file_word_times
 from voxcast.cache import AudioCache, CachedStream
 from voxcast.engine.config import EngineConfig
 from voxcast.engine.engine import Engine
@@ -167,11 +168,17 @@ class SynthesisResult:
     audio_url: str | None = None
     voice_id: str | None = None
     cache_error: str | None = None
+    #: With ``word_timestamps``: each word's :meth:`WordTime.to_dict
+    #: <voxcast.audio.word_times.WordTime.to_dict>`, in ms from the audio's start (None when not
+    #: asked for, or when the text was not spoken to its end: cancelled, cut at ``max_frames``).
+    words: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["format"] = str(self.format)
         out["timing"] = self.timing.to_dict()
+        if self.words is None:  # asked for only
+            del out["words"]
         return out
 
 
@@ -225,6 +232,21 @@ def _tee(chunks: Iterator[bytes], into: list[bytes]) -> Iterator[bytes]:
     for chunk in chunks:
         into.append(chunk)
         yield chunk
+
+
+def _words(timing: Timing, estimate: Callable[[], list[Any]]) -> list[dict[str, Any]] | None:
+    """The words' times ``estimate()`` gives, as dicts (None when the text was not spoken to its
+    end, or the audio cannot be read back); the time it took is ``timing.extra["words_ms"]``."""
+    if timing.finish_reason in ("cancelled", "max_frames") or timing.runaway:
+        return None
+    t0 = time.perf_counter()
+    try:
+        words = [w.to_dict() for w in estimate()]
+    except ValueError as e:  # a cached file that does not decode
+        log.warning("request %s: no word timestamps: %s", timing.request_id, e)
+        return None
+    timing.extra["words_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+    return words
 
 
 def _close_late_hit(hit: CachedStream | None) -> None:
@@ -668,7 +690,7 @@ class Service:
         kept: list[bytes] = []
         with hit:
             body = hit.iter_chunks(CACHE_READ_CHUNK_BYTES)
-            if s.keep_file:
+            if s.keep_file or req.word_timestamps:
                 body = _tee(body, kept)
             body = _as_streamed(body, req.response_format, req.sample_rate)  # the bytes a live stream sends
             for data in body:
@@ -697,6 +719,11 @@ class Service:
             timing.extra["speed"] = s.request.speed
         timing.frames = int(meta.get("frames", 0) or 0)
         s.result = self._result(s, timing, total, duration_s, self.cache.blob_key(key), voice_id, None)
+        if req.word_timestamps:
+            file = b"".join(kept)
+            s.result.words = _words(
+                timing, lambda: file_word_times(req.text, file, req.response_format, req.sample_rate)
+            )
 
     def _from_engine(
         self, s: ServiceStream, voice: Any, key: str | None, timing: Timing, t0: float, voice_id: str | None
@@ -719,11 +746,14 @@ class Service:
         persist = s._store or key is not None
         whole = persist or s.keep_file  # the complete file is needed
         marked: list[np.ndarray] | None = [] if whole and s.watermark and self.watermarker else None
+        heard: list[np.ndarray] | None = [] if req.word_timestamps else None  # what the words are timed in
         seq = held = 0
         for chunk in es:
             pcm = chunk.pcm if stretcher is None else stretcher.process(chunk.pcm)
             if marked is not None:
                 marked.append(pcm)
+            if heard is not None:
+                heard.append(pcm)
             data = encoder.encode(pcm)
             held += chunk.frames
             if not data:  # the encoder holds these samples (resampler or MP3 look-ahead): count them later
@@ -741,8 +771,9 @@ class Service:
             held = 0
         # the stretcher's held-back end (not after a cancel: nobody wants the rest)
         rest = stretcher.finish() if stretcher is not None and not s.cancelled else None
-        if rest is not None and marked is not None:
-            marked.append(rest)
+        for kept in (marked, heard):
+            if rest is not None and kept is not None:
+                kept.append(rest)
         try:
             tail = (encoder.encode(rest) if rest is not None and len(rest) else b"") + encoder.finish()
         except ValueError:  # flac/opus of a stream that produced no audio (e.g. cancelled)
@@ -768,6 +799,11 @@ class Service:
                 audio_key, error = self._persist(s, key, whole_file, timing, audio_s)
         error = error or timing.extra.get("cache_lookup_error")
         s.result = self._result(s, timing, len(streamed), audio_s, audio_key, voice_id, error)
+        if heard is not None:
+            audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
+            s.result.words = _words(
+                timing, lambda: estimate_word_times(req.text, audio, self.engine.sample_rate)
+            )
 
     def _stored_file(
         self, streamed: bytes, encoder: StreamEncoder, marked: list[np.ndarray] | None, timing: Timing

@@ -31,7 +31,7 @@ import numpy as np
 from voxcast.audio.formats import AudioFormat
 from voxcast.audio.pcm import float_to_int16
 
-__all__ = ["AV_FORMATS", "AvEncoder", "finalize_flac", "flac_samples"]
+__all__ = ["AV_FORMATS", "AvEncoder", "decode_mono", "finalize_flac", "flac_samples"]
 
 #: format -> (container, codec, sample format the codec takes, container options, codec options)
 _SPECS: dict[AudioFormat, tuple[str, str, str, dict[str, str], dict[str, str]]] = {
@@ -154,3 +154,30 @@ def unfinalize_flac(data: bytes) -> bytes:
     head[21] &= 0xF0
     head[22:26] = bytes(4)
     return bytes(head) + data[26:]
+
+
+def _mono(frame: Any) -> np.ndarray:
+    """One decoded frame as mono float32 (planar ``[channels, n]`` or packed ``[1, n * channels]``)."""
+    x = frame.to_ndarray()
+    scale = 1.0 / 32768.0 if x.dtype == np.int16 else 1.0 / 2147483648.0 if x.dtype == np.int32 else 1.0
+    channels = len(frame.layout.channels)
+    if not frame.format.is_planar:
+        x = x.reshape(-1, channels).T
+    return (x.astype(np.float32).mean(axis=0) * scale).astype(np.float32)
+
+
+def decode_mono(data: bytes) -> tuple[np.ndarray, int]:
+    """The samples of a complete file in any format FFmpeg reads: mono float32, and their rate.
+
+    Raises:
+        ValueError: FFmpeg cannot decode it.
+    """
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), "r") as container:
+            rate = int(container.streams.audio[0].rate)
+            parts = [_mono(f) for f in container.decode(audio=0)]
+    except (av.FFmpegError, IndexError) as e:
+        raise ValueError(f"undecodable audio: {e}") from e
+    return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), rate

@@ -22,14 +22,20 @@ gives the rate when none is asked for (``.sln16``: 16 kHz; others: the native 24
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import numpy as np
+import soundfile as sf
+
+from voxcast.audio.av_stream import decode_mono
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
+from voxcast.audio.pcm import int16_to_float
 from voxcast.audio.wav import data_span
 from voxcast.errors import InvalidRequest
 
-__all__ = ["FileKind", "OutputFile", "file_kind", "output_file", "raw_samples"]
+__all__ = ["FileKind", "OutputFile", "file_kind", "file_samples", "output_file", "raw_samples"]
 
 
 @dataclass(frozen=True)
@@ -134,3 +140,24 @@ def raw_samples(file: bytes, format: AudioFormat) -> bytes:
         raise ValueError(f"{fmt.value} has no headerless form")
     start, size = data_span(file[:4096])
     return file[start : start + size] if size is not None else file[start:]
+
+
+def file_samples(file: bytes, format: AudioFormat, sample_rate: int) -> tuple[np.ndarray, int]:
+    """The mono float32 samples of a complete file in ``format`` (as :func:`encode_file
+    <voxcast.audio.encode.encode_file>` writes it) and their rate: ``pcm`` is raw 16-bit at
+    ``sample_rate``; the other formats say their own rate (Opus decodes at 48 kHz). MP3 and AAC
+    decode with their encoder's delay in front (about 45 ms).
+
+    Raises:
+        ValueError: the bytes do not decode as that format.
+    """
+    fmt = AudioFormat(format)
+    if fmt == AudioFormat.PCM:
+        return int16_to_float(np.frombuffer(file[: len(file) // 2 * 2], dtype="<i2")), sample_rate
+    if fmt not in _WAV_HOLDS and fmt != AudioFormat.FLAC:  # compressed: FFmpeg, as they were encoded
+        return decode_mono(file)
+    try:
+        data, rate = sf.read(io.BytesIO(file), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError) as e:
+        raise ValueError(f"not a readable {AudioFormat(format).value} file: {e}") from e
+    return np.ascontiguousarray(data.mean(axis=1, dtype=np.float32)), int(rate)

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_THRESHOLD_DB",
     "SilenceProfile",
     "TrimResult",
+    "active_frames",
     "active_span",
     "fade",
     "silence_profile",
@@ -61,7 +62,7 @@ def _frame_db(x: np.ndarray, frame: int) -> np.ndarray:
         return 20.0 * np.log10(rms)
 
 
-def _active_frames(
+def active_frames(
     x: np.ndarray, sample_rate: int, threshold_db: float, floor_dbfs: float, frame_ms: float
 ) -> tuple[np.ndarray, int]:
     """Indices of the active frames of ``x`` (the activity rule) and the frame length in samples."""
@@ -104,7 +105,7 @@ def active_span(
         The span, or ``None`` when no frame is active.
     """
     x = to_float32(pcm)
-    active, frame = _active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
+    active, frame = active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
     if len(active) == 0:
         return None
     return int(active[0]) * frame, min(len(x), (int(active[-1]) + 1) * frame)
@@ -137,7 +138,7 @@ def silence_profile(
     """Leading, trailing and longest internal silence of a clip (see :class:`SilenceProfile`)."""
     x = to_float32(pcm)
     ms = 1000.0 / sample_rate
-    idx, frame = _active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
+    idx, frame = active_frames(x, sample_rate, threshold_db, floor_dbfs, frame_ms)
     if len(idx) == 0:
         return SilenceProfile(len(x) * ms, 0.0, 0.0, 0.0)
     first, last = int(idx[0]), int(idx[-1])

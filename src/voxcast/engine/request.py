@@ -75,6 +75,9 @@ class SynthesisRequest(BaseModel):
     max_frames: int | None = Field(None, ge=2, le=8192)
     sampling: SamplingParams = SamplingParams()
     cache: bool = True
+    word_timestamps: bool = Field(
+        False, description="report each word's estimated start and end (voxcast.audio.word_times)"
+    )
     request_id: str | None = None
 
     @model_validator(mode="before")

@@ -94,6 +94,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-warmup", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
     p.add_argument("--max-frames", type=int, help="frame limit (12.5 frames a second)")
+    p.add_argument(
+        "--word-timestamps",
+        action="store_true",
+        help="add each word's estimated start and end (ms) to the printed result",
+    )
     p.set_defaults(func=run)
 
 
@@ -204,6 +209,8 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
         "cache": not args.no_cache,
         "greedy": args.greedy,
     }
+    if args.word_timestamps:
+        req["word_timestamps"] = True
     if args.streaming_text:
         req["non_streaming_text"] = False
     for key in ("voice", "ref_text", "instruct", "seed", "max_frames", "speed"):

@@ -30,7 +30,9 @@ Server -> client: binary messages carry the audio (raw bytes in the configured f
 are ``started`` (an utterance or sentence begins: ``segment``, ``request_id``, ``chars``, None for an
 utterance whose text is still arriving), ``chunk`` (``segment``,
 ``seq``, ``bytes``, ``t_ms``, ``frames``; sent before that chunk's binary frames), ``segment_done``
-(``segment``, ``timing``), ``mark``, ``cleared``, ``closed`` and ``error`` (``{"error": {"message",
+(``segment``, ``timing``; with ``word_timestamps`` in the config, ``words``: each word's
+``word``, ``start_ms``, ``end_ms`` from the segment's first audio byte, ``start_char``, ``end_char``),
+``mark``, ``cleared``, ``closed`` and ``error`` (``{"error": {"message",
 "type", "param", "code"}}``: the connection goes on; a bad sentence is skipped). When the server
 stops, a connection still open at the drain deadline gets an ``error`` of code ``shutdown`` and is
 closed with code 1001 (going away).
@@ -545,5 +547,9 @@ class SpeechSocket:
             pump.close()
             self.current = None
         if item.epoch == self.epoch:
-            timing = stream.result.timing.to_dict() if stream.result is not None else None
-            await self.send({"type": "segment_done", "segment": segment, "timing": timing})
+            result = stream.result
+            timing = result.timing.to_dict() if result is not None else None
+            done: dict[str, Any] = {"type": "segment_done", "segment": segment, "timing": timing}
+            if result is not None and result.words is not None:
+                done["words"] = result.words  # ms from this segment's first audio
+            await self.send(done)
