@@ -26,6 +26,7 @@ from pipecat.frames.frames import (
     TTSSpeakFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
+    TTSTextFrame,
     TTSUpdateSettingsFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
@@ -34,10 +35,15 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from tests.fixtures.http_server import Recorder, ended, running
+from tests.fixtures.models import build_cached
+from tests.toy_family import family as toy_family
+from tests.toy_family.model import FRAMES_PER_WORD, sine
+from voxcast.audio.word_times import estimate_word_times
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.errors import OverCapacity
 from voxcast.integrations.pipecat import VoxcastTTSService, VoxcastWebsocketTTSService
+from voxcast.models import registry
 from voxcast.service import Service, ServiceConfig
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
@@ -559,3 +565,73 @@ def test_a_speak_frame_inside_a_reply_keeps_both_turns_whole_over_the_websocket(
     reply = _pcm(service, first, extra) + _pcm(service, rest.strip(), extra)
     assert _turn_audio(sink) == [reply, _pcm(service, aside, extra)]
     assert not sink.errors()
+
+
+@pytest.fixture(scope="module")
+def toy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Service]]:
+    """A server of the toy family (tests/toy_family), whose utterances, unlike the tiny model's, end
+    where their text does (so they carry word timestamps), taking their text as complete after 0.3 s
+    without any."""
+    registry.register(toy_family.MODULE)
+    engine = Engine.load(EngineConfig(model=str(build_cached("toy_sine")), device="cpu", text_wait_s=0.3))
+    service = Service.assemble(ServiceConfig(), engine, LocalBlobStore(tmp_path_factory.mktemp("toy")))
+    try:
+        with running(create_app(ServiceHolder(service), HttpConfig(api_key=KEY))) as url:
+            yield url, service
+    finally:
+        service.close()
+
+
+def _toy_words(text: str, offset_s: float) -> list[float]:
+    """When each word of the toy's utterance ``text`` starts (s), the utterance starting at ``offset_s``."""
+    samples = toy_family.SAMPLES_PER_FRAME * FRAMES_PER_WORD * len(text.split())
+    audio = sine(toy_family.PITCHES["low"], 0, samples, toy_family.SAMPLE_RATE, 0.3)
+    return [offset_s + w.start_ms / 1000 for w in estimate_word_times(text, audio, toy_family.SAMPLE_RATE)]
+
+
+@pytest.mark.parametrize("word_timestamps", [True, False])
+def test_words_reach_the_pipeline_as_they_play(
+    toy_server: tuple[str, Service], word_timestamps: bool
+) -> None:
+    """With word timestamps a ``TTSTextFrame`` per word, stamped with when it plays. The LLM pauses
+    mid-reply past the server's text wait, so the reply is two utterances in one turn: the second
+    one's words count from the turn's first audio, not their own. Without, the text comes whole after
+    its audio (Pipecat's way for a service without them).
+
+    The pause comes after a sentence's first word, as an LLM's would: Pipecat learns that a sentence
+    ended from the token after it, and a sentence's words that arrive in the middle of that (a pause
+    right after its period, as long as the server's text wait) may be pushed out of order."""
+    url, service = toy_server
+    first, rest = "Thanks for calling us today. See", " you soon."
+    opened = Recorder(service)
+    try:
+        tts = VoxcastWebsocketTTSService(
+            base_url=url,
+            api_key=KEY,
+            settings=VoxcastWebsocketTTSService.Settings(voice="low"),
+            word_timestamps=word_timestamps,
+        )
+
+        async def script(worker: PipelineWorker, sink: Sink) -> None:
+            await worker.queue_frame(LLMFullResponseStartFrame())
+            for token in _tokens(first):
+                await worker.queue_frame(LLMTextFrame(token))
+            await asyncio.to_thread(lambda: ended(opened.stream(0)))  # the pause
+            for token in _tokens(rest):
+                await worker.queue_frame(LLMTextFrame(token))
+            await worker.queue_frame(LLMFullResponseEndFrame())
+            await asyncio.wait_for(_stopped(sink), 60)
+
+        sink = asyncio.run(_run(tts, script, toy_family.SAMPLE_RATE))
+    finally:
+        opened.restore()
+    assert len(opened.streams) == 2 and not sink.errors()
+    spoken = [f for f in sink.frames if isinstance(f, TTSTextFrame)]
+    if not word_timestamps:
+        assert "".join(f.text for f in spoken).split() == (first + rest).split()
+        return
+    assert [f.text for f in spoken] == (first + rest).split()
+    first_s = toy_family.SAMPLES_PER_FRAME * FRAMES_PER_WORD * len(first.split()) / toy_family.SAMPLE_RATE
+    expected = _toy_words(first, 0.0) + _toy_words(rest.strip(), first_s)
+    got = [(f.pts - spoken[0].pts) / 1e9 for f in spoken]
+    assert got == pytest.approx([t - expected[0] for t in expected], abs=0.002)

@@ -70,6 +70,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         extra: Mapping[str, Any] | None = None,
         settings: VoxcastTTSSettings | None = None,
         capacity_wait_s: float = 3.0,
+        word_timestamps: bool = True,
         **kwargs: Any,
     ) -> None:
         """
@@ -82,8 +83,12 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
                 change takes effect at the next turn).
             capacity_wait_s: how long a turn the server refused past capacity may wait in all before
                 it is sent again (after each ``retry_after_s``); 0: no retry, an ``ErrorFrame``.
+            word_timestamps: ask the server for each utterance's word timestamps and push a
+                ``TTSTextFrame`` per word as it plays, so an interrupted reply's context keeps only
+                the words heard (off: the text of each sentence after its audio, Pipecat's default).
         """
         kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
+        kwargs.setdefault("push_text_frames", not word_timestamps)
         super().__init__(
             base_url=base_url,
             path="/v1/audio/speech/stream",
@@ -106,6 +111,9 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         self._capacity_wait_s = max(0.0, capacity_wait_s)
         self._stale_marks: set[str] = set()  # marks of refused runs sent again: their echoes mean nothing
         self._retry: asyncio.Task[None] | None = None  # sends a refused run again
+        self._word_timestamps = word_timestamps
+        self._heard: dict[str, int] = {}  # context -> audio bytes received (word times count from its first)
+        self._segment_at: tuple[str, float] | None = None  # the segment under way: its context, its start (s)
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
@@ -156,7 +164,10 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         await self._websocket.send(json.dumps(message))
 
     def _config(self) -> dict[str, Any]:
-        return {**self._request_fields("instruct"), "type": "config", "text_mode": "words"}
+        config = {**self._request_fields("instruct"), "type": "config", "text_mode": "words"}
+        if self._word_timestamps:
+            config["word_timestamps"] = True
+        return config
 
     async def _keep_turns_open(self) -> None:
         """Pipecat ends a context that gets nothing for ``stop_frame_timeout_s`` (3 s), and a later
@@ -231,6 +242,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             self._clears += 1
             self._open = None
             self._runs.clear()
+            self._heard.clear()
             await self._send({"type": "clear"})
         await super().on_audio_context_interrupted(context_id)
 
@@ -242,6 +254,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
                 if self._runs and not self._clears:
                     self._runs[0].audio = True
                 ctx = self._runs[0].context_id if self._runs and not self._clears else None
+                if ctx is not None:
+                    self._heard[ctx] = self._heard.get(ctx, 0) + len(message)
                 if ctx is not None and self.audio_context_available(ctx):
                     await self.append_to_audio_context(
                         ctx, TTSAudioRawFrame(message, self.sample_rate, 1, context_id=ctx)
@@ -261,8 +275,16 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
                 self._stale_marks.discard(name)
             else:
                 await self._run_spoken(name)
+        elif kind == "started":
+            ctx = (
+                self._runs[0].context_id if self._runs else None
+            )  # its words count from the turn's first audio
+            self._segment_at = (
+                None if ctx is None else (ctx, self._heard.get(ctx, 0) / (2 * self.sample_rate))
+            )
         elif kind == "segment_done":
             self._segment_done(event.get("timing") or {})
+            await self._words(event.get("words"))
         elif kind == "error":
             error = event.get("error") or {}
             if error.get("code") == "over_capacity" and await self._refused(event.get("retry_after_s")):
@@ -321,10 +343,21 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         if run is not None and run is self._open and not (timing.get("extra") or {}).get("text_timeout"):
             run.server_ended = True
 
+    async def _words(self, words: Any) -> None:
+        """A segment's words, timed from its context's first audio (the segment's start plus each
+        word's ``start_ms``): Pipecat pushes a ``TTSTextFrame`` for each as it plays."""
+        at, self._segment_at = self._segment_at, None
+        if not words or at is None:
+            return
+        ctx, offset_s = at
+        await self.add_word_timestamps([(w["word"], offset_s + w["start_ms"] / 1000.0) for w in words], ctx)
+
     async def _run_spoken(self, name: Any) -> None:
         """A run's mark came back: all its audio is out; the turn ends with its final run."""
         while self._runs and self._runs[0].mark:  # sent ("" : to be sent again with a refused run)
             run = self._runs.popleft()
+            if run.final:
+                self._heard.pop(run.context_id, None)
             if run.final and self.audio_context_available(run.context_id):
                 await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
                 await self.remove_audio_context(run.context_id)
