@@ -216,6 +216,27 @@ def test_twilio_framing_sends_what_a_media_streams_bridge_forwards(url: str, ser
     assert cleared.index({"event": "clear", "streamSid": sid}) < len(cleared) - 1  # before "cleared"
 
 
+def test_audiosocket_framing_sends_what_asterisk_reads(url: str, service: Service) -> None:
+    """``framing: audiosocket``: each 20 ms frame of 8 kHz PCM as one binary message in AudioSocket's
+    framing (kind 0x10, big-endian length 320), the last one padded with silence; the audio is the
+    service's offline PCM at 8 kHz."""
+    with _open(url) as ws:
+        ws.send(json.dumps({**CONFIG, "framing": "audiosocket", "max_frames": 5}))
+        ws.send(json.dumps({"type": "text", "text": "Press one."}))
+        ws.send(json.dumps({"type": "mark", "name": "end"}))
+        msgs = _read_until(ws, "mark")
+        ws.send(json.dumps({**CONFIG, "framing": "audiosocket", "sample_rate": 16000}))
+        wrong_rate = _read_until(ws, "error")[-1]["error"]["param"]
+        ws.send(json.dumps({**CONFIG, "framing": "audiosocket", "frame_ms": 0}))
+        no_frames = _read_until(ws, "error")[-1]["error"]["param"]
+    frames = [m for m in msgs if isinstance(m, bytes)]
+    assert frames and all(f[:3] == b"\x10\x01\x40" and len(f) == 323 for f in frames)
+    offline = _offline(service, "Press one.", response_format="pcm", sample_rate=8000, max_frames=5)
+    audio = b"".join(f[3:] for f in frames)
+    assert audio[: len(offline)] == offline and set(audio[len(offline) :]) <= {0}
+    assert (wrong_rate, no_frames) == ("sample_rate", "frame_ms")
+
+
 def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: str) -> None:
     with _open(url) as ws:
 

@@ -12,6 +12,9 @@ Client -> server, JSON text messages (``type`` says which):
   "streamSid", "media": {"payload": base64}}``, a mark's echo as ``{"event": "mark", "streamSid",
   "mark": {"name"}}`` (Twilio echoes it again once that audio has played) and, on ``clear``,
   ``{"event": "clear", "streamSid"}`` before ``cleared``; voxcast's own events keep their ``type``.
+  ``framing`` ``audiosocket`` sends each 20 ms frame of 8 kHz 16-bit PCM as one binary message in
+  Asterisk AudioSocket's own framing (kind ``0x10``, a big-endian 16-bit length, 320 bytes of audio),
+  so a bridge writes the messages to the call's AudioSocket TCP connection unchanged.
 - ``text`` (``{"type": "text", "text": "..."}``): a delta, any size, split anywhere (inside words and
   multi-byte characters too). With ``text_mode`` ``words`` (the default) the deltas up to the next
   ``flush`` are one utterance fed to the model as they arrive (``Service.open``): audio starts once
@@ -92,7 +95,9 @@ _STALL_S = 10.0
 
 
 _TEXT_MODES = ("words", "sentences")
-_FRAMINGS = ("raw", "twilio")
+_FRAMINGS = ("raw", "twilio", "audiosocket")
+_AUDIOSOCKET_SLIN = b"\x10"
+"""Asterisk AudioSocket's kind byte of 16-bit 8 kHz mono little-endian audio."""
 _SOCKET_FIELDS = ("type", "frame_ms", "text_mode", "framing", "stream_sid")
 """Config fields of the socket itself (the rest are request fields)."""
 
@@ -125,12 +130,17 @@ class _Framer:
     ``mark`` event) or Twilio Media Streams (``stream_sid`` set: JSON ``media`` and ``mark`` events
     a bridge forwards to Twilio unchanged)."""
 
-    def __init__(self, size: int, silence: bytes, stream_sid: str | None = None) -> None:
+    def __init__(
+        self, size: int, silence: bytes, stream_sid: str | None = None, audiosocket: bool = False
+    ) -> None:
         self.size, self.silence, self.rest = size, silence, b""
         self.stream_sid = stream_sid
+        self.audiosocket = audiosocket
 
     def message(self, frame: bytes) -> dict[str, Any] | bytes:
         """What one frame is sent as."""
+        if self.audiosocket:  # kind, big-endian length, payload: what AudioSocket's TCP stream carries
+            return _AUDIOSOCKET_SLIN + len(frame).to_bytes(2, "big") + frame
         if self.stream_sid is None:
             return frame
         payload = base64.b64encode(frame).decode("ascii")
@@ -331,7 +341,7 @@ class SpeechSocket:
         fields = {k: v for k, v in msg.items() if k not in _SOCKET_FIELDS}
         framing = msg.get("framing", "raw")
         if framing not in _FRAMINGS:
-            raise InvalidRequest("framing must be raw or twilio", field="framing")
+            raise InvalidRequest("framing must be raw, twilio or audiosocket", field="framing")
         stream_sid = None
         if framing == "twilio":  # Twilio Media Streams: 8 kHz mu-law in 20 ms frames, JSON events
             stream_sid = msg.get("stream_sid")
@@ -346,6 +356,16 @@ class SpeechSocket:
                     "framing twilio sends 8 kHz mu-law: response_format mulaw, sample_rate 8000",
                     field="response_format" if fields["response_format"] != "mulaw" else "sample_rate",
                 )
+        if framing == "audiosocket":  # Asterisk AudioSocket: 8 kHz 16-bit PCM, each frame with its header
+            fields = {"response_format": "pcm", "sample_rate": 8000, **fields}
+            msg = {"frame_ms": 20, **msg}
+            if fields["response_format"] != "pcm" or fields["sample_rate"] != 8000:
+                raise InvalidRequest(
+                    "framing audiosocket sends 8 kHz 16-bit PCM: response_format pcm, sample_rate 8000",
+                    field="response_format" if fields["response_format"] != "pcm" else "sample_rate",
+                )
+            if msg["frame_ms"] == 0:
+                raise InvalidRequest("framing audiosocket needs frame_ms (20 is usual)", field="frame_ms")
         fields.setdefault("response_format", "pcm")
         fmt = str(fields["response_format"])
         if fmt not in {f.value for f in _RAW}:
@@ -363,7 +383,7 @@ class SpeechSocket:
         width, silence = _RAW[AudioFormat(fmt)]
         size = parsed.sample_rate * frame_ms // 1000 * width
         self._close_utterance()  # an utterance under way keeps its settings and ends here
-        self.framer = _Framer(size, silence, stream_sid)
+        self.framer = _Framer(size, silence, stream_sid, audiosocket=framing == "audiosocket")
         self.config = fields
         self.text_mode = text_mode
 
