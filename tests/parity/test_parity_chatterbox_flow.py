@@ -6,6 +6,7 @@ chatterbox-tts (``--no-deps``); skipped without them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -43,6 +44,19 @@ def tiny(request: pytest.FixtureRequest) -> Pair:
     return _pair("tiny", request.param)
 
 
+def _assert_same(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Bit for bit, except in bfloat16 on a CPU with AMX: there oneDNN's AMX kernels (which it takes at
+    one thread) block the two implementations' matmuls differently, the same math rounded in another
+    order, so the results may differ by a bf16 step of the largest value, at most two."""
+    if torch.equal(got, want):
+        return
+    diff = float((got.float() - want.float()).abs().max())
+    amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    assert got.dtype == torch.bfloat16 and amx, diff  # bitwise wherever the kernels are the same
+    step = 2.0 ** (math.floor(math.log2(max(float(want.float().abs().max()), 1e-30))) - 7)
+    assert diff <= 2 * step, (diff, step)
+
+
 def _check_estimator(pair: Pair, frames: int, t: float, r: float) -> None:
     ours, official = pair
     dtype = ours.encoder_proj.weight.dtype
@@ -55,7 +69,7 @@ def _check_estimator(pair: Pair, frames: int, t: float, r: float) -> None:
                                           spks=spks, cond=cond, r=rr)  # fmt: skip
         got = ours.decoder.estimator(x, mu, tt, rr, spks, cond)
     assert got.shape == want.shape == (1, 80, frames)
-    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+    _assert_same(got, want)
 
 
 def _check_mel(pair: Pair, prompt: int, new: int, seed: int = 0) -> None:
@@ -71,7 +85,7 @@ def _check_mel(pair: Pair, prompt: int, new: int, seed: int = 0) -> None:
     with torch.inference_mode():
         got = ours(prompt_tokens, prompt_mel.to(dtype), x_vector.to(dtype), new_tokens, noise)
     assert got.shape == want.shape == (1, 80, 2 * new) and got.dtype == want.dtype == dtype
-    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+    _assert_same(got, want)
 
 
 @pytest.mark.parametrize(("frames", "t", "r"), [(1, 0.0, 0.5), (7, 0.5, 1.0), (40, 0.0, 0.5), (40, 0.5, 1.0)])
