@@ -8,7 +8,7 @@ with eSpeak's. eSpeak's speech is not a neural model's (faster, flatter, its pau
 figures say how the estimator does on speech with real phonetics and real pauses, not on Qwen3-TTS.
 
     python scripts/bench_word_times.py                 # texts below, 3 speaking rates
-    python scripts/bench_word_times.py --out docs/results/zen4/word-times.json
+    python scripts/bench_word_times.py --out docs/results/xeon-amx/word-times.json
 
 Prints, per rate and in all: words, median and 90th-percentile start error (ms), the share within 50
 and 100 ms, and the same for proportional spreading alone (no pauses: what the estimator improves on).
