@@ -32,6 +32,7 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 from pipecat.workers.runner import WorkerRunner
 
 from tests.fixtures.http_server import Recorder, ended, running
@@ -631,7 +632,32 @@ def test_words_reach_the_pipeline_as_they_play(
         assert "".join(f.text for f in spoken).split() == (first + rest).split()
         return
     assert [f.text for f in spoken] == (first + rest).split()
+    parts = [TextPartForConcatenation(f.text, f.includes_inter_frame_spaces) for f in spoken]
+    assert concatenate_aggregated_text(parts).strip() == first + rest  # what the context gets
     first_s = toy_family.SAMPLES_PER_FRAME * FRAMES_PER_WORD * len(first.split()) / toy_family.SAMPLE_RATE
     expected = _toy_words(first, 0.0) + _toy_words(rest.strip(), first_s)
     got = [(f.pts - spoken[0].pts) / 1e9 for f in spoken]
     assert got == pytest.approx([t - expected[0] for t in expected], abs=0.002)
+
+
+def test_cjk_words_reach_the_context_without_spaces(toy_server: tuple[str, Service]) -> None:
+    """A Japanese reply is one word per character (voxcast.text.words): the context gets it back as
+    written, not with a space between characters."""
+    url, _ = toy_server
+    text = "今日は晴れです。"
+    tts = VoxcastWebsocketTTSService(
+        base_url=url, api_key=KEY, settings=VoxcastWebsocketTTSService.Settings(voice="low")
+    )
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        for token in ("今日", "は晴", "れです", "。"):
+            await worker.queue_frame(LLMTextFrame(token))
+        await worker.queue_frame(LLMFullResponseEndFrame())
+        await asyncio.wait_for(_stopped(sink), 60)
+
+    sink = asyncio.run(_run(tts, script, toy_family.SAMPLE_RATE))
+    spoken = [f for f in sink.frames if isinstance(f, TTSTextFrame)]
+    assert [f.text for f in spoken] == [*"今日は晴れで", "す。"] and not sink.errors()
+    parts = [TextPartForConcatenation(f.text, f.includes_inter_frame_spaces) for f in spoken]
+    assert concatenate_aggregated_text(parts).strip() == text

@@ -83,8 +83,10 @@ def test_a_cache_hit_reports_the_words_of_its_stored_audio(service: Service, fmt
 def test_no_words_unless_asked_or_when_the_text_was_not_spoken_to_its_end(service: Service) -> None:
     plain = _result(service, seed=3)
     assert plain.words is None and "words" not in plain.to_dict()
-    cut = _result(service, word_timestamps=True, max_frames=4, cache=False)
+    cut = _result(service, word_timestamps=True, max_frames=4, seed=5)
     assert cut.timing.finish_reason == "max_frames" and cut.words is None
+    cut_hit = _result(service, word_timestamps=True, max_frames=4, seed=5)  # its stored file: cut too
+    assert cut_hit.timing.cache_hit is True and cut_hit.words is None
     stream = service.synthesize({"text": TEXT, "voice": "low", "word_timestamps": True, "cache": False})
     next(stream)
     stream.cancel()

@@ -61,6 +61,7 @@ def test_scripts_without_spaces_give_a_word_per_syllable() -> None:
     assert [w.text for w in words] == ["今", "日", "は", "晴", "れ。", "GPU", "「加", "速」"]
     assert words[4].pause == SENTENCE
     assert split_words("... ?!") == [] and split_words("") == []
+    assert [w.pause for w in split_words('He said "stop." " Then')] == [NONE, NONE, SENTENCE, NONE]
 
 
 def test_every_word_is_timed_when_the_rate_is_even() -> None:

@@ -128,11 +128,19 @@ def from_cache(
         s.file = b"".join(kept)
     duration_s = _hit_timing(s, hit.audio.metadata, timing, seq, t0)
     s.result = b.result(s, timing, total, duration_s, b.cache.blob_key(key), voice_id, None)
-    if req.word_timestamps:
+    if req.word_timestamps and not _cut(req.max_frames, hit.audio.metadata):
         file = b"".join(kept)
         s.result.words = word_times(
             timing, lambda: file_word_times(req.text, file, req.response_format, req.sample_rate)
         )
+
+
+def _cut(max_frames: int | None, meta: Mapping[str, Any]) -> bool:
+    """Whether the stored render stopped at its frame limit, its text not all spoken (entries from
+    before ``finish_reason`` was stored: it made ``max_frames`` frames)."""
+    if "finish_reason" in meta:
+        return meta["finish_reason"] == "max_frames"
+    return max_frames is not None and int(meta.get("frames", 0) or 0) >= max_frames
 
 
 def _hit_timing(s: ServiceStream, meta: Mapping[str, Any], timing: Timing, chunks: int, t0: float) -> float:

@@ -204,6 +204,7 @@ class _Render:
             "duration_s": f"{audio_s:.3f}",
             "frames": str(timing.frames),
             "request_id": s.request_id,
+            "finish_reason": timing.finish_reason,  # a hit of a cut render gets no word timestamps
         }
         if "watermark" in timing.extra:  # a cache hit reports it from here
             meta["watermark"] = str(timing.extra["watermark"])

@@ -4,7 +4,8 @@ pause its punctuation calls for after it.
 A word is a run of non-space characters, its punctuation attached (``"Hello,"``). Scripts written
 without spaces are split further: every Han character and every kana is a word of its own (each is
 about one syllable), so ``"今日は晴れ"`` gives five. A run of punctuation alone (a dash
-between spaces) joins the word before it; an opening bracket or quote starts the word after it.
+between spaces, a quote) joins the word before it; an opening bracket or curly quote inside a token
+starts the word after it.
 
 The weight of a word estimates how long it takes to say, in letter-equivalents: one for a letter,
 three for a digit (``2026`` is read "twenty twenty-six"), three for a CJK character or a Hangul
@@ -115,7 +116,8 @@ def split_words(text: str) -> list[Word]:
             if _weight(piece) == 0:
                 if out:
                     last = out[-1]
-                    out[-1] = Word(text[last.start : end], last.start, end, last.weight, _pause(piece))
+                    pause = max(last.pause, _pause(piece))  # 'end. "' keeps its sentence end
+                    out[-1] = Word(text[last.start : end], last.start, end, last.weight, pause)
                 elif orphan is None:
                     orphan = (piece, start)
                 continue

@@ -23,6 +23,11 @@ _KEEPALIVE_S = 1.0
 """How often the contexts of turns still due are kept open (Pipecat ends a quiet one after 3 s)."""
 
 
+def _unspaced(word: str) -> bool:
+    """Whether ``word`` is of a script written without spaces (CJK: one character a word)."""
+    return bool(word) and ord(word[0]) >= 0x2E80
+
+
 @dataclass
 class _Run:
     """Text of one turn sent without another turn's between, ended by a mark (``mark``, once sent).
@@ -144,6 +149,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             self._config_sent, self._open, self._clears = None, None, 0
             self._runs.clear()
             self._stale_marks.clear()
+            self._heard.clear()
+            self._segment_at = None
         except Exception as e:  # reported as Pipecat expects; the base class retries
             self._websocket = None
             await self.push_error(error_msg=f"voxcast: cannot connect to {self._url}: {e}", exception=e)
@@ -243,6 +250,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             self._open = None
             self._runs.clear()
             self._heard.clear()
+            self._segment_at = None
             await self._send({"type": "clear"})
         await super().on_audio_context_interrupted(context_id)
 
@@ -316,6 +324,8 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             self._runs.remove(run)
         if self._open is run:
             self._open = None
+        if not any(r.context_id == run.context_id for r in self._runs):
+            self._heard.pop(run.context_id, None)
         await self.push_error(error_msg=f"voxcast: over capacity; the turn was dropped ({why})")
         if self.audio_context_available(run.context_id):
             await self.append_to_audio_context(run.context_id, TTSStoppedFrame(context_id=run.context_id))
@@ -350,7 +360,10 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
         if not words or at is None:
             return
         ctx, offset_s = at
-        await self.add_word_timestamps([(w["word"], offset_s + w["start_ms"] / 1000.0) for w in words], ctx)
+        for w in words:  # CJK words are joined without a space in the context, the others with one
+            unspaced = True if _unspaced(w["word"]) else None
+            t = offset_s + w["start_ms"] / 1000.0
+            await self.add_word_timestamps([(w["word"], t)], ctx, includes_inter_frame_spaces=unspaced)
 
     async def _run_spoken(self, name: Any) -> None:
         """A run's mark came back: all its audio is out; the turn ends with its final run."""

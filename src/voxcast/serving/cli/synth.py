@@ -152,6 +152,8 @@ def _speak_stdin(args: argparse.Namespace, out: OutputFile, service: Any) -> int
             t = stream.result.timing
             line = {kind: len(sentences), "chars": len(stream.request.text), "ttfa_ms": round(t.ttfa_ms, 1)}
             line |= {"frames": t.frames, "audio_s": round(t.audio_s, 3), "finish_reason": t.finish_reason}
+            if stream.result.words is not None:
+                line["words"] = stream.result.words
             sentences.append(line)
             print(json.dumps(line), file=report, flush=True)
 
