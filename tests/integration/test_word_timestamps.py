@@ -5,6 +5,9 @@ speaks a known tone, so the words each must report are the estimate on that exac
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +147,15 @@ def test_cli_prints_the_words(
     argv = ["synth", TEXT, "--model", str(checkpoint), "--voice", "low", "--out", str(tmp_path / "a.wav")]
     assert main([*argv, "--word-timestamps"]) == 0
     assert [w["word"] for w in json.loads(capsys.readouterr().out)["words"]] == TEXT.split()
+
+
+def test_cli_stdin_prints_each_utterances_words(checkpoint: Path, tmp_path: Path) -> None:
+    """``synth --stdin --word-timestamps``: each utterance's JSON line (stderr) carries its words."""
+    repo = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "synth", "--stdin", "--out", "-", "--format", "pcm",
+           "--model", str(checkpoint), "--voice", "low", "--word-timestamps"]  # fmt: skip
+    env = {**os.environ, "VOXCAST_FAMILIES": MODULE, "VOXCAST_STORAGE_DIR": str(tmp_path / "store")}
+    done = subprocess.run(cmd, input=TEXT.encode(), capture_output=True, env=env, cwd=repo, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    lines = [json.loads(x) for x in done.stderr.splitlines() if x.startswith(b"{")]
+    assert [w["word"] for w in lines[0]["words"]] == TEXT.split()
