@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from voxcast.cache import AudioCache
 from voxcast.engine.engine import Engine
@@ -39,6 +39,8 @@ from voxcast.voices.defaults import effective_aliases
 from voxcast.voices.registry import VoiceLabel
 from voxcast.watermark import load_watermarker
 from voxcast.watermark.perth import PerthWatermarker
+
+_T = TypeVar("_T")
 
 __all__ = ["Service"]
 
@@ -208,12 +210,7 @@ class Service:
         Raises:
             InvalidRequest: the request is malformed (model-dependent errors come from iteration).
         """
-        try:
-            req = parse_request(request)
-        except InvalidRequest as e:
-            self.metrics.request_ended(entry, None, e)
-            log_request("", entry, self.metrics.model, None, None, e.code)
-            raise
+        req = self._parsed(parse_request, request, entry)
         store = self.config.store_audio if store is None else store
         return ServiceStream(
             self._run,
@@ -244,16 +241,20 @@ class Service:
         Raises:
             InvalidRequest: bad settings (model-dependent errors come from iteration).
         """
-        try:
-            req, initial = parse_open_request(request)
-        except InvalidRequest as e:
-            self.metrics.request_ended(entry, None, e)
-            log_request("", entry, self.metrics.model, None, None, e.code)
-            raise
+        req, initial = self._parsed(parse_open_request, request, entry)
         store = self.config.store_audio if store is None else store
         return ServiceStream(
             self._run, self.metrics, req, store, entry, TextFeed(text=initial), refusable=refusable
         )
+
+    def _parsed(self, parse: Callable[[Any], _T], request: Any, entry: str) -> _T:
+        """``parse(request)``; a request it refuses is counted and logged as such, then raised."""
+        try:
+            return parse(request)
+        except InvalidRequest as e:
+            self.metrics.request_ended(entry, None, e)
+            log_request("", entry, self.metrics.model, None, None, e.code)
+            raise
 
     def _run(self, s: ServiceStream) -> Iterator[EncodedChunk]:
         """The chunks of ``s`` (its ``run``): from the cache when it has the request, else from the
