@@ -64,6 +64,17 @@ def test_scripts_without_spaces_give_a_word_per_syllable() -> None:
     assert [w.pause for w in split_words('He said "stop." " Then')] == [NONE, NONE, SENTENCE, NONE]
 
 
+def test_a_number_weighs_what_it_takes_to_read() -> None:
+    """``4471`` is "four thousand four hundred seventy-one", not four times "four": a number weighs
+    as read, and a long code digit by digit (each digit a short word)."""
+    weights = {w.text: w.weight for w in split_words("7 42 471 4471 58213 Tuesday $20")}
+    assert weights["7"] == 4 and weights["42"] == 8  # "seven", "forty-two"
+    assert weights["471"] > weights["Tuesday"] * 2  # "four hundred seventy-one"
+    assert weights["4471"] > weights["471"] > weights["42"]
+    assert weights["58213"] == 5 * weights["7"]  # "five eight two one three"
+    assert weights["$20"] == weights["42"] + 5  # the symbol read out, then the number
+
+
 def test_every_word_is_timed_when_the_rate_is_even() -> None:
     pcm, spans = _clip(TEXT)
     est = estimate_word_times(TEXT, pcm, SR)

@@ -8,9 +8,10 @@ between spaces, a quote) joins the word before it; an opening bracket or curly q
 starts the word after it.
 
 The weight of a word estimates how long it takes to say, in letter-equivalents: one for a letter,
-three for a digit (``2026`` is read "twenty twenty-six"), three for a CJK character or a Hangul
-syllable (one syllable each, about three letters of English), five for a symbol that is read out
-(``%``, ``&``, ``@``...). Only ratios between weights matter.
+a number as long as it is read (``42`` "forty-two" 8, ``4471`` "four thousand four hundred
+seventy-one" 26; five digits or more are read one by one, 4 each), three for a CJK character or a
+Hangul syllable (one syllable each, about three letters of English), five for a symbol that is read
+out (``%``, ``&``, ``@``...). Only ratios between weights matter.
 
 ``pause`` is what the punctuation at a word's end asks for: :data:`SENTENCE` after ``. ! ? …`` and
 their full-width forms, :data:`CLAUSE` after ``, ; :``, dashes and their CJK forms, else :data:`NONE`.
@@ -37,7 +38,13 @@ _CLOSERS = set("\"')]}»”’」』）】〉》")
 _OPENERS = set("([{«“‘「『（【〈《")
 _READ_SYMBOLS = set("%&@#$€£¥+=§°")
 
-_LETTER_WEIGHT, _DIGIT_WEIGHT, _SYLLABLE_WEIGHT, _SYMBOL_WEIGHT = 1.0, 3.0, 3.0, 5.0
+_LETTER_WEIGHT, _SYLLABLE_WEIGHT, _SYMBOL_WEIGHT = 1.0, 3.0, 5.0
+_NUMBER = re.compile(r"\d+")
+_NUMBER_WEIGHT = {1: 4.0, 2: 8.0, 3: 18.0, 4: 26.0}
+"""A run of digits read as a number, in letters: "7" seven, "42" forty-two, "471" four hundred
+seventy-one, "4471" four thousand four hundred seventy-one (a year, "twenty twenty-six", is shorter);
+longer runs are read digit by digit (phone, order and confirmation numbers), four letters each."""
+_DIGIT_WEIGHT = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +67,12 @@ class Word:
 
 
 def _weight(token: str) -> float:
-    total = 0.0
+    total = sum(_NUMBER_WEIGHT.get(len(m), _DIGIT_WEIGHT * len(m)) for m in _NUMBER.findall(token))
     for ch in token:
         if _SYLLABIC.match(ch) or _HANGUL.match(ch):
             total += _SYLLABLE_WEIGHT
         elif ch.isdigit():
-            total += _DIGIT_WEIGHT
+            continue  # counted with its number above
         elif ch.isalpha():
             total += _LETTER_WEIGHT
         elif ch in _READ_SYMBOLS:
