@@ -70,6 +70,19 @@ def test_missing_manifest_and_unknown_job(
     assert code == 1 and err == "error: no job 'no-such-job' (unknown or expired)\n"
 
 
+def test_a_bad_families_variable_is_one_line_and_help_still_works(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("VOXCAST_FAMILIES", "no_such_family_module")
+    with pytest.raises(SystemExit) as ended:
+        main(["--help"])
+    assert ended.value.code == 0 and "make-test-model" in capsys.readouterr().out
+    for command in (["make-test-model", "--out", str(tmp_path / "m")], ["synth", "hi", "--out", "a.wav"]):
+        code, err = _run(capsys, *command)
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("error: VOXCAST_FAMILIES: model family module 'no_such_family_module'")
+
+
 def test_log_records_are_redacted() -> None:
     record = logging.LogRecord("x", logging.ERROR, __file__, 1, "connecting to %s", (_unreachable(),), None)
     RedactingFilter().filter(record)

@@ -31,8 +31,16 @@ __all__ = ["add_parser", "add_parsers", "builders", "run"]
 
 
 def builders() -> dict[str, tuple[ModelFamily, TestCheckpoints]]:
-    """``--kind`` -> the family that builds it and how (family descriptors only: no torch)."""
+    """``--kind`` -> the family that builds it and how (family descriptors only: no torch).
+
+    Raises:
+        ValueError: ``VOXCAST_FAMILIES`` names a module that is no model family.
+    """
     registry.register_from_env(os.environ)
+    return _registered()
+
+
+def _registered() -> dict[str, tuple[ModelFamily, TestCheckpoints]]:
     return {
         kind: (f, f.test_checkpoints)
         for f in registry.families()
@@ -44,7 +52,10 @@ def builders() -> dict[str, tuple[ModelFamily, TestCheckpoints]]:
 def add_parser(sub: Any) -> None:
     """Register ``make-test-model`` on an ``argparse`` subparsers object."""
     env = os.environ
-    kinds = builders()
+    try:
+        kinds = builders()
+    except ValueError:  # a bad VOXCAST_FAMILIES: every command's parser (and --help) is built here;
+        kinds = _registered()  # the commands that read it (this one's run) report it, exit 2
     sizes = "; ".join(f"{k}: {', '.join(tc.sizes)}" for k, (_, tc) in kinds.items())
     p = sub.add_parser("make-test-model", help="write a random-weight checkpoint (official layout)")
     p.add_argument(
@@ -90,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = build(Path(args.out), args.kind, args.size, args.seed, ends_speech=args.ends_speech)
     except ValueError as e:
-        print(f"make-test-model: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{out} ({args.size} {args.kind}, seed {args.seed}, {time.perf_counter() - t0:.1f} s)")
     return 0
