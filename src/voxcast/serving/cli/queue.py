@@ -452,8 +452,10 @@ def _wait_and_print(client: Any, job_id: str, timeout_s: float = 3600.0) -> int:
 
 # -- prerender ---------------------------------------------------------------------------------------
 def run_prerender(args: argparse.Namespace) -> int:
-    client = _client(args)
+    from voxcast.prerender.manifest import parse_manifest
+
     defaults = {k: getattr(args, k) for k in ("voice", "language") if getattr(args, k)}
+    manifest = args.manifest.read_text(encoding="utf-8")
     options = {
         "presets": args.presets,
         "loudness_lufs": args.loudness,
@@ -467,8 +469,11 @@ def run_prerender(args: argparse.Namespace) -> int:
         "chunk_prompts": args.chunk_prompts,
     }
     try:
+        # a manifest no worker could read (empty, unparseable) is refused before it is enqueued
+        parse_manifest(manifest, args.manifest.name, defaults)
+        client = _client(args)
         job_id = client.prerender(
-            args.manifest.read_text(encoding="utf-8"),
+            manifest,
             library=args.library,
             manifest_format=args.manifest.name,
             queue=args.queue,
@@ -511,12 +516,14 @@ def _prerender_progress(client: Any, job_id: str, poll_s: float = 0.5) -> int:
 
 
 def _print_summary(st: Mapping[str, Any]) -> int:
+    """Print how the library ended; returns the exit code: 2 for a job failed on its input (its
+    structured error shown, not the worker's traceback), 1 for another failure, 3 for failed prompts."""
     if st["status"] != "finished":
-        print(
-            json.dumps({"status": st["status"], "error": st["error"], "exc": st["exc"]}, indent=2),
-            file=sys.stderr,
-        )
-        return 1
+        shown = {"status": st["status"], "error": st["error"]}
+        if not st["error"]:  # nothing structured: the traceback is all there is
+            shown["exc"] = st["exc"]
+        print(json.dumps(shown, indent=2), file=sys.stderr)
+        return exit_code_of(st["error"])
     summary = st["result"] or {}
     errors: Iterable[Mapping[str, Any]] = summary.get("errors", [])
     for e in errors:
