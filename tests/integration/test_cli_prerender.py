@@ -49,3 +49,20 @@ def test_a_job_failed_on_its_input_prints_the_error_and_exits_2(
     shown = json.loads(err)
     assert shown["status"] == "failed" and "exc" not in shown
     assert (shown["error"]["code"], shown["error"]["field"]) == ("invalid_request", "manifest")
+
+
+def test_a_row_error_names_its_field_once(
+    capsys: pytest.CaptureFixture[str],
+    redis_client: redis.Redis,
+    redis_url: str,
+    service: FakeService,
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "p.csv"
+    manifest.write_text("id,text,voice\nhi,Hello.,ryan\nbare,,ryan\n")
+    argv = ["prerender", str(manifest), "--library", "p", "--presets", "pcm8k", "--no-wait"]
+    assert main([*argv, "--redis-url", redis_url, "--queue", QCFG.queues[0]]) == 0
+    job_id = capsys.readouterr().out.strip()
+    run_worker(redis_client, service)
+    assert cli_queue._prerender_progress(QueueClient(redis_client, QCFG), job_id, poll_s=0.01) == 3
+    assert "row 2 (bare): text: Field required\n" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from typing import Any
 
 from voxcast.errors import INPUT_ERROR_CODES, InvalidRequest, VoxcastError
 
-__all__ = ["CommandError", "describe", "exit_code_of"]
+__all__ = ["CommandError", "describe", "exit_code_of", "with_field"]
 
 
 class CommandError(Exception):
@@ -23,8 +23,7 @@ def describe(e: Exception) -> tuple[int, str]:
     if isinstance(e, CommandError):
         return e.code, str(e)
     if isinstance(e, VoxcastError):
-        field = f"{e.field}: " if e.field and not e.message.startswith(f"{e.field}:") else ""
-        return (2 if isinstance(e, InvalidRequest) else 1), f"{field}{e.message}"
+        return (2 if isinstance(e, InvalidRequest) else 1), with_field(e.field, e.message)
     if type(e).__module__.split(".")[0] == "redis":  # redis is an optional extra
         return 1, f"Redis: {type(e).__name__}: {e}"
     if isinstance(e, FileNotFoundError):
@@ -32,6 +31,11 @@ def describe(e: Exception) -> tuple[int, str]:
     if isinstance(e, (OSError, ValueError)):
         return 2, f"{e}"
     return 1, f"{type(e).__name__}: {e}"
+
+
+def with_field(field: str | None, message: str) -> str:
+    """``field: message``, the field named once (schema messages already start with it)."""
+    return f"{field}: {message}" if field and not message.startswith(f"{field}:") else message
 
 
 def exit_code_of(error: Mapping[str, Any] | None) -> int:

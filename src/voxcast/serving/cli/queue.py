@@ -29,7 +29,7 @@ from voxcast.audio.files import OutputFile, output_file
 from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
-from voxcast.serving.cli.errors import CommandError, describe, exit_code_of
+from voxcast.serving.cli.errors import CommandError, describe, exit_code_of, with_field
 from voxcast.serving.exit import ends_process
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
@@ -527,6 +527,6 @@ def _print_summary(st: Mapping[str, Any]) -> int:
     summary = st["result"] or {}
     errors: Iterable[Mapping[str, Any]] = summary.get("errors", [])
     for e in errors:
-        print(f"row {e['row']} ({e.get('id')}): {e['field']}: {e['message']}", file=sys.stderr)
+        print(f"row {e['row']} ({e.get('id')}): {with_field(e['field'], e['message'])}", file=sys.stderr)
     print(json.dumps({k: v for k, v in summary.items() if k != "errors"}, indent=2))
     return 0 if not summary.get("errors") else 3
