@@ -270,6 +270,22 @@ def test_bad_fields_are_400_naming_the_field(
     assert isinstance(body, dict) and body["param"] == param and body["code"] == code, body
 
 
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "tts", "voice": "ryan"}, "input"),  # missing: named as OpenAI's clients know it
+        ({"voice": "ryan", "input": "   "}, "input"),
+        ({"voice": "ryan", "text": "   "}, "text"),  # voxcast's own name, when that is what was sent
+    ],
+)
+def test_a_missing_or_bad_text_is_named_as_sent(
+    server: tuple[str, Any, Recorder], body: dict[str, Any], param: str
+) -> None:
+    with httpx.Client(base_url=server[0], timeout=30) as http:
+        r = http.post("/v1/audio/speech", json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.json()
+
+
 def test_auth_body_limit_json_and_routes(server: tuple[str, Any, Recorder]) -> None:
     url = server[0]
     with pytest.raises(openai.AuthenticationError):

@@ -287,8 +287,10 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             if not to_service:
                 refused(e)
             sent = body if isinstance(body, dict) else {}
-            if isinstance(e, VoxcastError) and e.field in _OPENAI_NAMES and _OPENAI_NAMES[e.field] in sent:
-                e.field = _OPENAI_NAMES[e.field]  # name the field as the client sent it
+            if isinstance(e, VoxcastError) and e.field in _OPENAI_NAMES:
+                openai_name = _OPENAI_NAMES[e.field]
+                if openai_name in sent or e.field not in sent:  # as sent; a missing one by OpenAI's name
+                    e.field = openai_name
             counters.error(error_for(e).code)
             return _error_response(e)
         except Exception as e:
