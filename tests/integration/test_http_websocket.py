@@ -258,16 +258,17 @@ def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: st
         twilio = {**CONFIG, "framing": "twilio", "stream_sid": "MZ1"}
         assert error_for(json.dumps({**twilio, "response_format": "pcm"}))["param"] == "response_format"
         assert error_for(json.dumps({**twilio, "sample_rate": 16000}))["param"] == "sample_rate"
-        ws.send(json.dumps({**CONFIG, "voice": "nobody"}))
-        ws.send(json.dumps({"type": "text", "text": "Hi."}))
-        ws.send(json.dumps({"type": "flush"}))
-        err = _read_until(ws, "error")[-1]
-        assert err["error"]["code"] == "voice_not_found" and err["segment"] == 0
-        ws.send(json.dumps(CONFIG))
+        err = error_for(json.dumps({**CONFIG, "voice": "nobody"}))  # at the config, not the first text
+        assert err["code"] == "voice_not_found" and err["param"] == "voice"
+        ws.send(json.dumps(WORDS))  # each delta feeds an utterance
+        too_long = error_for(json.dumps({"type": "text", "text": "word " * 1200}))  # 6000 > 5000 a request
+        assert too_long["param"] == "text" and "5000" in too_long["message"]
+        ws.send(json.dumps({"type": "flush"}))  # nothing of it to end: no empty utterance
         ws.send(json.dumps({"type": "text", "text": "Still here."}))
         ws.send(json.dumps({"type": "close"}))
         msgs = _read_until(ws, "closed")
         assert _audio(msgs) and len(_events(msgs, "segment_done")) == 1
+        assert len(_events(msgs, "started")) == 1 and not _events(msgs, "error")  # no utterance for it
 
 
 def test_auth_by_header_or_query_and_refused_without(url: str) -> None:

@@ -21,6 +21,7 @@ from voxcast.cache import AudioCache
 from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.text_feed import TextFeed
+from voxcast.engine.timing import Timing
 from voxcast.errors import InvalidRequest
 from voxcast.metrics import Metrics
 from voxcast.request_log import log_request
@@ -245,6 +246,25 @@ class Service:
         store = self.config.store_audio if store is None else store
         return ServiceStream(
             self._run, self.metrics, req, store, entry, TextFeed(text=initial), refusable=refusable
+        )
+
+    def check_voice(self, request: SynthesisRequest) -> None:
+        """Refuse now a voice that ``request`` would be refused for when it starts (an unknown
+        speaker or voice id, none where the model needs one), e.g. when a WebSocket is configured
+        before any text arrives. Reference audio is not checked here (it is registered as it starts).
+
+        Raises:
+            VoiceNotFound, InvalidRequest: as the request would (field ``voice``).
+        """
+        if request.ref_audio is not None:
+            return
+        resolve_voice(
+            request,
+            Timing(),
+            engine=self.engine,
+            voices=self.voices,
+            aliases=self.voice_aliases,
+            default=self.default_voice(),
         )
 
     def _parsed(self, parse: Callable[[Any], _T], request: Any, entry: str) -> _T:

@@ -6,7 +6,8 @@ Client -> server, JSON text messages (``type`` says which):
   ``response_format`` = ``pcm`` | ``mulaw`` | ``alaw``, ``sample_rate``, ``language``, ``instruct``,
   ``seed``, sampling...; the request schema checks them) plus ``frame_ms`` (e.g. 20: audio is sent in
   frames of exactly that length, as telephony transports expect; the last frame of an utterance is
-  padded with silence), ``text_mode`` and ``framing``. Required before the first text.
+  padded with silence), ``text_mode`` and ``framing``. Required before the first text. A bad field (an
+  unknown voice too) is refused at once, naming it; the previous config stays.
   ``framing`` ``twilio`` (with the call's ``stream_sid``) sends what a Twilio Media Streams bridge
   forwards to Twilio unchanged: each 20 ms frame of 8 kHz mu-law as ``{"event": "media",
   "streamSid", "media": {"payload": base64}}``, a mark's echo as ``{"event": "mark", "streamSid",
@@ -278,7 +279,7 @@ class SpeechSocket:
         if kind == "config":
             if self.refused_turn == self.turn:
                 self.buffer.clear()  # a refused turn's partial sentence is not spoken with the next
-            self._configure(msg)
+            await self._configure(msg)
         elif kind == "text":
             text = msg.get("text")
             if not isinstance(text, str):
@@ -337,7 +338,7 @@ class SpeechSocket:
             self.turn += 1
         return False
 
-    def _configure(self, msg: dict[str, Any]) -> None:
+    async def _configure(self, msg: dict[str, Any]) -> None:
         fields = {k: v for k, v in msg.items() if k not in _SOCKET_FIELDS}
         framing = msg.get("framing", "raw")
         if framing not in _FRAMINGS:
@@ -380,6 +381,8 @@ class SpeechSocket:
             raise InvalidRequest("text_mode must be words or sentences", field="text_mode")
         # the request schema checks every other field now, with a placeholder text
         parsed = parse_request({**fields, "text": "x"})
+        # an unknown voice is refused now, not at the first text (a voice id may be read from storage)
+        await asyncio.to_thread(self.service.check_voice, parsed)
         width, silence = _RAW[AudioFormat(fmt)]
         size = parsed.sample_rate * frame_ms // 1000 * width
         self._close_utterance()  # an utterance under way keeps its settings and ends here
@@ -389,6 +392,10 @@ class SpeechSocket:
 
     async def _push_words(self, text: str) -> None:
         """Feed a delta to the utterance under way, opening one (queued in order) when none is."""
+        if len(text) > MAX_TEXT_CHARS:  # more than any utterance takes: refused before one opens
+            raise InvalidRequest(
+                f"a text message has at most {MAX_TEXT_CHARS} characters (got {len(text)})", field="text"
+            )
         seg = self.open
         if seg is not None and _full(seg, len(text)):
             self._close_utterance()  # a new one
