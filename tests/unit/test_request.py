@@ -33,6 +33,16 @@ def test_nested_sampling_and_defaults() -> None:
     assert req.language == "auto" and req.stream and req.cache
 
 
+def test_a_sampling_field_given_twice_must_agree() -> None:
+    """``temperature`` at the top level and in ``sampling``: the same value is one field, two values
+    are refused naming it (neither silently wins)."""
+    same = parse_request({"text": "Hi", "temperature": 0.5, "sampling": {"temperature": 0.5, "top_k": 9}})
+    assert same.sampling.temperature == 0.5 and same.sampling.top_k == 9
+    with pytest.raises(InvalidRequest) as e:
+        parse_request({"text": "Hi", "temperature": 0.5, "sampling": {"temperature": 0.9}})
+    assert e.value.field == "temperature" and "twice" in e.value.message
+
+
 @pytest.mark.parametrize("entry", ["runpod", "websocket", "rq"])
 def test_an_openai_body_is_a_request_at_every_entry_point(entry: str) -> None:
     """The schema itself takes OpenAI's speech fields (``model``, ``instructions``, ``voice`` as

@@ -101,6 +101,13 @@ class SynthesisRequest(BaseModel):
                 {"field": "sampling"},
             )  # fmt: skip
         nested = dict(out.get("sampling") or {})
+        for key in flat.keys() & nested.keys():
+            if flat[key] != nested[key]:
+                raise PydanticCustomError(
+                    "sampling",
+                    f"{key} is given twice with different values (top level and in sampling): give it once",
+                    {"field": key},
+                )
         nested.update(flat)
         out["sampling"] = nested
         return out
