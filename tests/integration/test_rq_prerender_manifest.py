@@ -78,6 +78,17 @@ def test_unreadable_manifests_fail_as_a_whole(text: str, fmt: str | None) -> Non
     assert e.value.field.startswith("manifest")
 
 
+@pytest.mark.parametrize(
+    ("text", "fmt"), [("id,txet\na,Hello.\nb,Bye.\n", "csv"), ('[{"id": "a", "words": "Hi."}]', "json")]
+)
+def test_a_misspelt_text_column_fails_as_a_whole_naming_the_columns(text: str, fmt: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse_manifest(text, fmt)
+    assert e.value.field == "manifest" and "'text'" in e.value.message and "id" in e.value.message
+    blank = parse_manifest("id,text\na,\nb,Hi.\n", "csv")  # the column is there: one row lacks it
+    assert [p.id for p in blank.prompts] == ["b"] and [e.field for e in blank.errors] == ["text"]
+
+
 def test_a_row_may_set_its_speed_and_speed_one_leaves_the_render_hash_alone() -> None:
     from voxcast.prerender.gate import GateSettings
     from voxcast.prerender.library import render_hash

@@ -213,7 +213,8 @@ def parse_manifest(text: str, fmt: str | None = None, defaults: Mapping[str, Any
         The valid prompts (in manifest order) and the errors of the other rows.
 
     Raises:
-        InvalidRequest: the manifest as a whole cannot be read, is empty, or is too long.
+        InvalidRequest: the manifest as a whole cannot be read, is empty, is too long, or no prompt
+            has a text (a misspelt column).
     """
     rows, own_defaults = _load_rows(text, detect_format(text, fmt))
     if not rows:
@@ -223,6 +224,12 @@ def parse_manifest(text: str, fmt: str | None = None, defaults: Mapping[str, Any
             f"the manifest has {len(rows)} rows; the limit is {MAX_PROMPTS}", field="manifest"
         )
     merged = {**dict(defaults or {}), **own_defaults}
+    keys = {str(k).strip() for r in rows if isinstance(r, Mapping) for k in r}
+    if keys and "text" not in keys and "text" not in merged:
+        raise InvalidRequest(  # a misspelt header: one error, not one per row
+            f"no prompt has a text (column or key 'text'); the manifest has {', '.join(sorted(keys))}",
+            field="manifest",
+        )
     out = Manifest()
     seen: set[str] = set()
     for i, raw in enumerate(rows, start=1):
