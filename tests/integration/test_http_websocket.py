@@ -260,6 +260,9 @@ def test_bad_messages_get_errors_naming_the_field_and_the_socket_goes_on(url: st
         assert error_for(json.dumps({**twilio, "sample_rate": 16000}))["param"] == "sample_rate"
         err = error_for(json.dumps({**CONFIG, "voice": "nobody"}))  # at the config, not the first text
         assert err["code"] == "voice_not_found" and err["param"] == "voice"
+        for token in ("Not ", "in ", "that ", "voice."):  # after a refused config: dropped, no error each
+            ws.send(json.dumps({"type": "text", "text": token}))
+        ws.send(json.dumps({"type": "flush"}))
         ws.send(json.dumps(WORDS))  # each delta feeds an utterance
         too_long = error_for(json.dumps({"type": "text", "text": "word " * 1200}))  # 6000 > 5000 a request
         assert too_long["param"] == "text" and "5000" in too_long["message"]

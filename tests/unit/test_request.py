@@ -38,6 +38,10 @@ def test_a_sampling_field_given_twice_must_agree() -> None:
     are refused naming it (neither silently wins)."""
     same = parse_request({"text": "Hi", "temperature": 0.5, "sampling": {"temperature": 0.5, "top_k": 9}})
     assert same.sampling.temperature == 0.5 and same.sampling.top_k == 9
+    loose = parse_request(
+        {"text": "Hi", "temperature": "0.5", "seed": None, "sampling": {"temperature": 0.5, "seed": 4}}
+    )
+    assert loose.sampling.temperature == 0.5 and loose.sampling.seed == 4  # "0.5" is 0.5; None: not given
     with pytest.raises(InvalidRequest) as e:
         parse_request({"text": "Hi", "temperature": 0.5, "sampling": {"temperature": 0.9}})
     assert e.value.field == "temperature" and "twice" in e.value.message

@@ -67,7 +67,8 @@ def test_scripts_without_spaces_give_a_word_per_syllable() -> None:
 def test_a_number_weighs_what_it_takes_to_read() -> None:
     """``4471`` is "four thousand four hundred seventy-one", not four times "four": a number weighs
     as read, and a long code digit by digit (each digit a short word)."""
-    weights = {w.text: w.weight for w in split_words("7 42 471 4471 58213 Tuesday $20")}
+    weights = {w.text: w.weight for w in split_words("7 42 471 4471 58213 Tuesday $20 m²")}
+    assert weights["m²"] == 1 + 4  # a superscript digit is read on its own ("m squared")
     assert weights["7"] == 4 and weights["42"] == 8  # "seven", "forty-two"
     assert weights["471"] > weights["Tuesday"] * 2  # "four hundred seventy-one"
     assert weights["4471"] > weights["471"] > weights["42"]

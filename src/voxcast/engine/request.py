@@ -102,13 +102,13 @@ class SynthesisRequest(BaseModel):
             )  # fmt: skip
         nested = dict(out.get("sampling") or {})
         for key in flat.keys() & nested.keys():
-            if flat[key] != nested[key]:
+            if not _same(flat[key], nested[key]):
                 raise PydanticCustomError(
                     "sampling",
                     f"{key} is given twice with different values (top level and in sampling): give it once",
                     {"field": key},
                 )
-        nested.update(flat)
+        nested.update({k: v for k, v in flat.items() if v is not None or k not in nested})
         out["sampling"] = nested
         return out
 
@@ -235,6 +235,16 @@ class SynthesisRequest(BaseModel):
     def ref_audio_bytes(self) -> bytes | None:
         """The decoded reference audio file, if any."""
         return None if self.ref_audio is None else base64.b64decode(self.ref_audio)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether a sampling field given twice says the same (None: not given; ``"0.5"`` is ``0.5``)."""
+    if a is None or b is None or a == b:
+        return True
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
 
 
 def _is_utf8(value: str) -> bool:

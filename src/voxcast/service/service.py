@@ -22,7 +22,7 @@ from voxcast.engine.engine import Engine
 from voxcast.engine.request import SynthesisRequest, parse_open_request, parse_request
 from voxcast.engine.text_feed import TextFeed
 from voxcast.engine.timing import Timing
-from voxcast.errors import InvalidRequest
+from voxcast.errors import InvalidRequest, StorageError
 from voxcast.metrics import Metrics
 from voxcast.request_log import log_request
 from voxcast.service.backends import Backends
@@ -254,18 +254,22 @@ class Service:
         before any text arrives. Reference audio is not checked here (it is registered as it starts).
 
         Raises:
-            VoiceNotFound, InvalidRequest: as the request would (field ``voice``).
+            VoiceNotFound, InvalidRequest: as the request would (field ``voice``); a storage error
+                is logged, not raised (the request reads the voice again when it starts).
         """
         if request.ref_audio is not None:
             return
-        resolve_voice(
-            request,
-            Timing(),
-            engine=self.engine,
-            voices=self.voices,
-            aliases=self.voice_aliases,
-            default=self.default_voice(),
-        )
+        try:
+            resolve_voice(
+                request,
+                Timing(),
+                engine=self.engine,
+                voices=self.voices,
+                aliases=self.voice_aliases,
+                default=self.default_voice(),
+            )
+        except StorageError as e:  # the store is not answering now: the request tries again as it starts
+            log.warning("voice %r not checked: %s", request.voice, e)
 
     def _parsed(self, parse: Callable[[Any], _T], request: Any, entry: str) -> _T:
         """``parse(request)``; a request it refuses is counted and logged as such, then raised."""

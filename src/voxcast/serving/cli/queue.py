@@ -479,9 +479,9 @@ def run_prerender(args: argparse.Namespace) -> int:
             queue=args.queue,
             **options,
         )
-    except VoxcastError as e:
+    except VoxcastError as e:  # bad input 2; Redis or storage unreachable 1
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
-        return 2
+        return describe(e)[0]
     print(job_id, file=sys.stderr)
     if args.no_wait:
         print(job_id)

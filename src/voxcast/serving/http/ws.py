@@ -7,7 +7,8 @@ Client -> server, JSON text messages (``type`` says which):
   ``seed``, sampling...; the request schema checks them) plus ``frame_ms`` (e.g. 20: audio is sent in
   frames of exactly that length, as telephony transports expect; the last frame of an utterance is
   padded with silence), ``text_mode`` and ``framing``. Required before the first text. A bad field (an
-  unknown voice too) is refused at once, naming it; the previous config stays.
+  unknown voice too) is refused at once, naming it, and the text after it is dropped (no error
+  each) until a config is taken.
   ``framing`` ``twilio`` (with the call's ``stream_sid``) sends what a Twilio Media Streams bridge
   forwards to Twilio unchanged: each 20 ms frame of 8 kHz mu-law as ``{"event": "media",
   "streamSid", "media": {"payload": base64}}``, a mark's echo as ``{"event": "mark", "streamSid",
@@ -211,6 +212,8 @@ class SpeechSocket:
         self.service = service
         self.queue_chunks = queue_chunks
         self.config: dict[str, Any] | None = None
+        #: The last config was refused (its error said why): text is dropped until one is taken.
+        self.config_refused = False
         self.text_mode = "words"
         self.open: _Segment | None = None  # the utterance taking text (text_mode "words")
         self.framer = _Framer(0, b"")
@@ -279,13 +282,17 @@ class SpeechSocket:
         if kind == "config":
             if self.refused_turn == self.turn:
                 self.buffer.clear()  # a refused turn's partial sentence is not spoken with the next
+            self.config_refused = True  # until it is taken
             await self._configure(msg)
+            self.config_refused = False
         elif kind == "text":
             text = msg.get("text")
             if not isinstance(text, str):
                 raise InvalidRequest("text must be a string", field="text")
             if not _is_unicode(text):
                 raise InvalidRequest("text contains invalid Unicode (a lone surrogate)", field="text")
+            if self.config_refused:
+                return False  # not spoken in settings nobody asked for, nor an error per token
             if self.config is None:
                 raise InvalidRequest("send a config message before text", field="type")
             if len(self.buffer) + self.queued_chars + len(text) > _MAX_BUFFER_CHARS:
