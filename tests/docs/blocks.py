@@ -3,9 +3,9 @@
 A fenced block whose info string is ``python``, ``bash`` or ``sh`` is run unless the line before it
 (blank lines aside) is a marker ``<!-- docs-test: skip (why) -->``; other blocks (layouts, JSON
 samples) are text. A marker ``<!-- docs-test: env NAME=value ... -->`` runs the block with those
-environment variables (what the prose around it tells the reader to set). Hub ids in a block and in
-its environment are replaced by tiny random-weight checkpoints of the same kind (:data:`HUB_IDS`),
-so every block runs offline on the CPU.
+environment variables (what the prose around it tells the reader to set). Checkpoint names in a
+block and in its environment are replaced by tiny random-weight checkpoints of the same kind
+(:data:`CHECKPOINT_NAMES`), so every block runs offline on the CPU.
 """
 
 from __future__ import annotations
@@ -14,20 +14,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HUB_IDS", "RUN_LANGS", "Block", "doc_files", "read_blocks"]
+__all__ = ["CHECKPOINT_NAMES", "RUN_LANGS", "Block", "checkpoint_kind", "doc_files", "read_blocks"]
 
 REPO = Path(__file__).resolve().parents[2]
 
 RUN_LANGS = frozenset({"python", "bash", "sh"})
 """Languages of the blocks that are run."""
 
-HUB_IDS = {
-    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice": "custom_voice",
-    "/models/Qwen3-TTS-12Hz-0.6B-CustomVoice": "custom_voice",
-    "Qwen/Qwen3-TTS-12Hz-0.6B-Base": "base",
-    "ResembleAI/chatterbox-turbo": "chatterbox_turbo",
-}
-"""Checkpoint names in the docs -> the kind of tiny checkpoint that stands in for them."""
+CHECKPOINT_NAMES = re.compile(
+    r"[\w./-]*/Qwen3-TTS-12Hz-[\d.]+B-(?P<qwen>CustomVoice|Base)\b|[\w.-]+/chatterbox-turbo(?![\w.])"
+)
+"""Checkpoint names in the docs (a hub id or a folder of one): each stands for a tiny checkpoint of
+its kind (:func:`checkpoint_kind`); ``docs/chatterbox-turbo.md`` is a page, not one."""
+_KINDS = {"CustomVoice": "custom_voice", "Base": "base", None: "chatterbox_turbo"}
+
+
+def checkpoint_kind(name: re.Match[str]) -> str:
+    """The kind of tiny checkpoint that stands in for a :data:`CHECKPOINT_NAMES` match."""
+    return _KINDS[name.group("qwen")]
+
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _MARKER = re.compile(r"^<!--\s*docs-test:\s*(.*?)\s*-->$")

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.docs.blocks import HUB_IDS, REPO, Block, doc_files, read_blocks
+from tests.docs.blocks import CHECKPOINT_NAMES, REPO, Block, checkpoint_kind, doc_files, read_blocks
 from tests.fixtures.procs import free_port, stop_process
 
 pytestmark = pytest.mark.slow
@@ -82,8 +82,7 @@ class DocWorld:
         # what examples write under /tmp stays in the test's folder (before the model paths go in:
         # a checkout under /tmp puts " /tmp/" in them too)
         text = text.replace(" /tmp/", f" {self.work}/")
-        for hub_id, kind in HUB_IDS.items():
-            text = text.replace(hub_id, str(self.models[kind]))
+        text = CHECKPOINT_NAMES.sub(lambda name: str(self.models[checkpoint_kind(name)]), text)
         if self._port:
             text = text.replace("127.0.0.1:8000", f"127.0.0.1:{self._port}")
             text = text.replace("localhost:8000", f"127.0.0.1:{self._port}")

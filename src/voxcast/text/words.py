@@ -71,8 +71,10 @@ def _weight(token: str) -> float:
     for ch in token:
         if _SYLLABIC.match(ch) or _HANGUL.match(ch):
             total += _SYLLABLE_WEIGHT
-        elif ch.isdigit():  # a decimal digit counts with its number above; "²", "①" on their own
-            total += 0.0 if _NUMBER.match(ch) else _DIGIT_WEIGHT
+        elif ch.isdecimal():
+            continue  # counted with its number above
+        elif ch.isdigit():  # "²", "①": read on their own
+            total += _DIGIT_WEIGHT
         elif ch.isalpha():
             total += _LETTER_WEIGHT
         elif ch in _READ_SYMBOLS:
