@@ -16,6 +16,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidVoicePrompt",
     "OverCapacity",
+    "RequestIdInUse",
     "StorageError",
     "VoiceNotFound",
     "VoxcastError",
@@ -58,6 +59,12 @@ class InvalidVoicePrompt(InvalidRequest):
     code = "invalid_voice_prompt"
 
 
+class RequestIdInUse(InvalidRequest):
+    """A request id that names another job (a different request) that still exists."""
+
+    code = "request_id_in_use"
+
+
 class CheckpointError(VoxcastError):
     """A model directory or hub id that is missing, incomplete or of an unknown kind."""
 
@@ -94,6 +101,8 @@ class Cancelled(VoxcastError):
     code = "cancelled"
 
 
-INPUT_ERROR_CODES = frozenset({InvalidRequest.code, VoiceNotFound.code, InvalidVoicePrompt.code})
+INPUT_ERROR_CODES = frozenset(
+    {InvalidRequest.code, VoiceNotFound.code, InvalidVoicePrompt.code, RequestIdInUse.code}
+)
 """The ``code`` of every error that blames the caller's input (an :class:`InvalidRequest`): a
 command that reads such an error from a job's result exits 2, like one that finds it itself."""

@@ -90,6 +90,7 @@ def test_sigkilled_workers_job_is_failed_or_retried_and_leaves_no_object(env, re
         client.wait(doomed, timeout_s=90)
     failed_s = time.monotonic() - t_kill
     assert failed_s < 90 and "AbandonedJobError" in (e.value.exc or "")
+    assert e.value.error["code"] == "worker_lost" and client.status(doomed)["error"]["code"] == "worker_lost"
     last = read_all(redis_client, stream_key(doomed))[-1]
     assert last.type is EntryType.ERROR and last.info["code"] == "worker_lost"
 

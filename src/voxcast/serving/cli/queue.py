@@ -308,10 +308,17 @@ def run_enqueue(args: argparse.Namespace) -> int:
     try:
         t0 = time.time()
         out = _output(args)
-        job_id = client.enqueue(_request(args, out), queue=args.queue)
+        submitted = client.submit(_request(args, out), queue=args.queue)
     except VoxcastError as e:
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
         return 2
+    job_id = submitted.job_id
+    if not submitted.created:
+        print(
+            f"job {job_id} already exists for this identical request: nothing new was enqueued "
+            f"(status: {client.status(job_id)['status']})",
+            file=sys.stderr,
+        )
     print(job_id, flush=True)
     if not (args.follow or args.out):
         return 0
@@ -367,9 +374,21 @@ def _follow(
     if out is not None and capture.chunks:
         _write_audio(out, capture)
     print(json.dumps({"status": capture.status, **capture.result}, indent=2, default=str))
+    if capture.gaps:
+        raise CommandError(_incomplete(capture, out))
     if capture.status == EntryType.EOS.value:
         return 0
     return exit_code_of(capture.result if capture.status == EntryType.ERROR.value else None)
+
+
+def _incomplete(capture: Any, out: Path | None) -> str:
+    """The error of a followed stream that lost chunks (trimmed, or its start lost with a Redis
+    restart): how many, and what was written."""
+    expected = capture.result.get("chunks") if capture.status == EntryType.EOS.value else None
+    of = f" of {expected}" if isinstance(expected, int) else ""
+    lost = "its start" if (capture.chunks[0].seq or 0) > 0 else "chunks in the middle"
+    wrote = f"; {out} holds the {len(capture.chunks)} chunks that were there" if out is not None else ""
+    return f"the stream is incomplete: {capture.gaps}{of} chunks missing (it lost {lost}){wrote}"
 
 
 def _print_entry(e: StreamEntry, t0: float, file: TextIO = sys.stderr) -> None:
@@ -401,10 +420,40 @@ def _write_audio(out: Path, capture: Any) -> None:
         output_file(out, fmt.value, first.sample_rate) if out.suffix else OutputFile(fmt, first.sample_rate)
     )
     data = capture.audio
-    if capture.gaps == 0 and not spec.raw:
+    if capture.gaps:
+        data = _playable_part(fmt, first.sample_rate, capture, raw=spec.raw)
+    elif not spec.raw:
         data = stream_to_file(fmt, first.sample_rate, data)
     out.write_bytes(data)
     print(f"wrote {out} ({len(data)} bytes, {fmt.value} {first.sample_rate} Hz)", file=sys.stderr)
+
+
+def _playable_part(fmt: AudioFormat, sample_rate: int, capture: Any, *, raw: bool) -> bytes:
+    """What a stream with missing chunks still holds, as a file that opens: PCM and G.711 chunks are
+    whole samples, so what is there is kept (under a header of its true size when the file has one;
+    a WAV stream whose first chunk, the one with the header, is gone gets a new header). A compressed
+    format cut anywhere cannot be repaired here.
+
+    Raises:
+        CommandError: a compressed format (nothing is written).
+    """
+    from voxcast.audio.encode import stream_to_file
+    from voxcast.audio.wav import WavCodec, file_header
+
+    data = capture.audio
+    if fmt in (AudioFormat.PCM, AudioFormat.MULAW, AudioFormat.ALAW):
+        return data if raw else stream_to_file(fmt, sample_rate, data)
+    if fmt is AudioFormat.WAV:
+        samples = data if (capture.chunks[0].seq or 0) > 0 else data[44:]  # 44: the PCM16 stream header
+        samples = samples[: len(samples) // 2 * 2]
+        if raw:
+            return samples
+        return file_header(WavCodec.PCM16, sample_rate, len(samples)) + samples
+    raise CommandError(
+        f"the stream is incomplete ({capture.gaps} chunks missing) and {fmt.value} cannot be written from "
+        "part of a stream; nothing was written (listen again in a format such as wav or pcm, or render it "
+        "again)"
+    )
 
 
 # -- status / cancel / voices ------------------------------------------------------------------------
@@ -518,6 +567,11 @@ def _prerender_progress(client: Any, job_id: str, poll_s: float = 0.5) -> int:
 def _print_summary(st: Mapping[str, Any]) -> int:
     """Print how the library ended; returns the exit code: 2 for a job failed on its input (its
     structured error shown, not the worker's traceback), 1 for another failure, 3 for failed prompts."""
+    if st["status"] == "cancelled" and st["result"]:  # a cancelled library: what it did
+        summary = dict(st["result"])
+        print(json.dumps({k: v for k, v in summary.items() if k != "errors"}, indent=2))
+        print(f"library cancelled: {summary.get('not_rendered', 0)} prompts not rendered", file=sys.stderr)
+        return 1
     if st["status"] != "finished":
         shown = {"status": st["status"], "error": st["error"]}
         if not st["error"]:  # nothing structured: the traceback is all there is

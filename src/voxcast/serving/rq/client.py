@@ -12,7 +12,9 @@ Example::
 
 Requests are validated here with the shared schema before anything is enqueued (a bad request
 never reaches a worker). The job id is the request id and names the stream
-``voxcast:stream:<job id>``.
+``voxcast:stream:<job id>``. A request id is an idempotency key (:mod:`voxcast.serving.rq.claims`):
+enqueueing the identical request again while its job or stream lives returns that job (nothing new
+runs); another request under the same id is refused (``request_id_in_use``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from rq.serializers import JSONSerializer
 
 from voxcast.engine.request import parse_request
 from voxcast.ids import check_request_id
+from voxcast.serving.rq.claims import Claim, claim, claim_ttl_s
 from voxcast.serving.rq.config import QueueConfig, connect
 from voxcast.serving.rq.jobs import ON_FAILURE, PRERENDER, REGISTER_VOICE, SYNTHESIZE, cancel_key
 from voxcast.serving.rq.library import final_job_id, library_progress
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamPublisher, follow, stream_key
 
-__all__ = ["CANCELLED", "JobFailed", "QueueClient", "StreamCapture"]
+__all__ = ["CANCELLED", "Claim", "JobFailed", "QueueClient", "StreamCapture"]
 
 #: The status :meth:`QueueClient.status` gives a cancelled job (queued or running when cancelled).
 CANCELLED = "cancelled"
@@ -52,6 +55,31 @@ def _is_library(job: Job) -> bool:
         return job.func_name == PRERENDER
     except DeserializationError:
         return False
+
+
+_EXCEPTION_CODES = {
+    "AbandonedJobError": ("worker_lost", "the worker running this job stopped (killed or crashed)"),
+    "JobTimeoutException": ("timeout", "the job exceeded its time limit"),
+    "StorageError": ("storage_error", "the blob store failed"),
+    "WorkerShutdown": ("shutdown", "the worker stopped (drained) while the job ran"),
+}
+
+
+def _error_of_exception(exc: str | None, job: Job) -> dict[str, Any] | None:
+    """A structured error for a failed job that recorded none, from the exception RQ kept (the last
+    line of its traceback names the type): a lost worker, a time limit, the store; else None."""
+    if not exc:
+        return None
+    lines = [line for line in exc.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    name = last.split(":", 1)[0].rsplit(".", 1)[-1].strip()
+    if name not in _EXCEPTION_CODES:
+        return None
+    code, message = _EXCEPTION_CODES[name]
+    detail = last.split(":", 1)[1].strip() if ":" in last else ""
+    if code == "timeout" and job.timeout:
+        message = f"the job exceeded its {job.timeout} s limit"
+    return {"code": code, "message": f"{message}: {detail}" if detail and code != "timeout" else message}
 
 
 class JobFailed(RuntimeError):
@@ -185,23 +213,50 @@ class QueueClient:
             retries: RQ retries after a failure or a dead worker (default ``config.retries``).
 
         Returns:
-            The job id (also the request id and the stream's name).
+            The job id (also the request id and the stream's name). For an id that already names
+            the identical request's job, that job's id: nothing new is enqueued (:meth:`submit` says
+            which happened).
 
         Raises:
             InvalidRequest: the request (or ``job_id``) does not validate.
+            RequestIdInUse: the id names a job of another request that still exists.
         """
+        return self.submit(request, queue=queue, job_id=job_id, timeout_s=timeout_s, retries=retries).job_id
+
+    def submit(
+        self,
+        request: Mapping[str, Any],
+        *,
+        queue: str | None = None,
+        job_id: str | None = None,
+        timeout_s: int | None = None,
+        retries: int | None = None,
+    ) -> Claim:
+        """:meth:`enqueue`, saying whether a job was created (``created``) or the identical request's
+        job already existed under that id (``outcome`` ``same``)."""
         req = parse_request(request)
         payload = req.model_dump(mode="json", exclude_defaults=True, exclude={"request_id"})
         jid = check_request_id(job_id, "job_id") if job_id is not None else req.request_id or uuid.uuid4().hex
-        return self._enqueue(
+        timeout = timeout_s or self.config.synth_timeout_s
+        ttl = claim_ttl_s(
+            timeout_s=timeout,
+            result_ttl_s=self.config.result_ttl_s,
+            failure_ttl_s=self.config.failure_ttl_s,
+            stream_ttl_s=max(self.config.stream.ttl_s, self.config.stream.live_ttl_s),
+        )
+        claimed = claim(self.redis, jid, SYNTHESIZE, payload, ttl_s=ttl)
+        if not claimed.created:
+            return claimed
+        self._enqueue(
             SYNTHESIZE,
             payload,
             queue=queue,
             job_id=jid,
-            timeout_s=timeout_s or self.config.synth_timeout_s,
+            timeout_s=timeout,
             retries=self.config.retries if retries is None else retries,
             description=f"synthesize {len(req.text)} chars",
         )
+        return claimed
 
     def register_voice(
         self,
@@ -336,13 +391,26 @@ class QueueClient:
             status is JobStatus.FINISHED and isinstance(result, dict) and result.get("status") == CANCELLED
         ):
             name = CANCELLED
-        return {
-            "status": name,
-            "meta": dict(job.meta),
-            "result": result,
-            "error": job.meta.get("error"),
-            "exc": latest.exc_string if latest is not None and failed else None,
-        }
+        exc = latest.exc_string if latest is not None and failed else None
+        error = job.meta.get("error")
+        if failed and not error:
+            error = self._stream_error(job.id) or _error_of_exception(exc, job)
+        return {"status": name, "meta": dict(job.meta), "result": result, "error": error, "exc": exc}
+
+    def _stream_error(self, job_id: str) -> dict[str, Any] | None:
+        """The structured error a synthesize job's stream ended with (``worker_lost``, ``timeout``,
+        ``storage_error``...: written by the worker or on its behalf), or None."""
+        try:
+            last: Any = self.redis.xrevrange(stream_key(job_id), "+", "-", count=1)
+        except redis.ResponseError:  # not a stream
+            return None
+        if not last:
+            return None
+        try:
+            entry = StreamEntry.decode(*last[0])
+        except ValueError:
+            return None
+        return dict(entry.info) if entry.type is EntryType.ERROR and entry.info.get("code") else None
 
     def exists(self, job_id: str) -> bool:
         """Whether the job or its stream is still in Redis (a stream can outlive its job's result)."""
@@ -395,30 +463,41 @@ class QueueClient:
             What the cancel did: ``cancelled`` (it was waiting: it will not run), ``cancelling`` (it
             is running: it stops within a chunk), the job's status when it had already ended
             (``finished``, ``failed``, ``cancelled``), or ``unknown`` (no such job, or expired).
+
+        Only a job that has not ended gets the flag: cancelling what has ended leaves nothing behind
+        (a later job under the same id is not cancelled by it).
         """
         try:
             job = self.job(job_id)
         except NoSuchJobError:
             return self._cancel_library(job_id) if self._library_status(job_id) else "unknown"
-        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
         status = job.get_status(refresh=False)
         if status is JobStatus.FINISHED and _is_library(job):
             return self._cancel_library(job_id)
-        if status in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED):
+        if status in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED, JobStatus.STARTED):
+            # the flag first: a worker that dequeues the job in the meantime sees it at its start
+            self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
+            now = job.get_status(refresh=True)
+            if now is JobStatus.STARTED:
+                return "cancelling"
+            if now not in (JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED):  # ended meanwhile
+                self.redis.delete(cancel_key(job_id))
+                return str(self.status(job_id)["status"])
             job.cancel()
             StreamPublisher(self.redis, stream_key(job_id), self.config.stream).cancelled(
                 "cancelled before start"
             )
             return CANCELLED
-        if status is JobStatus.STARTED:
-            return "cancelling"
         return str(self.status(job_id)["status"])
 
     def _cancel_library(self, job_id: str) -> str:
-        """Cancel a fanned-out library (its chunks read the flag): ``cancelling`` or its end status."""
-        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
+        """Cancel a fanned-out library (its chunks read the flag): ``cancelling`` or its end status
+        (a library that has ended gets no flag)."""
         st = self._library_status(job_id) or _UNKNOWN
-        return "cancelling" if st["status"] == JobStatus.STARTED.value else str(st["status"])
+        if st["status"] != JobStatus.STARTED.value:
+            return str(st["status"])
+        self.redis.set(cancel_key(job_id), b"1", ex=self.config.cancel_ttl_s)
+        return "cancelling"
 
     def progress(self, job_id: str) -> dict[str, Any]:
         """Progress of a prerender library job: ``total``, ``done``, ``rendered``, ``skipped``,

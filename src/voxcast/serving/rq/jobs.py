@@ -37,7 +37,7 @@ from voxcast.serving.drain import SHUTDOWN, WorkerShutdown
 from voxcast.serving.rq.context import JobContext, bind_context, current_context
 from voxcast.serving.rq.library import LibraryBusy
 from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
-from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, stream_key
+from voxcast.serving.rq.stream import EntryType, StreamPublisher, StreamSettings, new_run, stream_key
 
 if TYPE_CHECKING:
     pass
@@ -137,7 +137,7 @@ class _SynthesisJob:
         self.job = job
         self.key = stream_key(job.id)
         self.publisher = StreamPublisher(
-            ctx.redis, self.key, ctx.config.stream, cancel_key=cancel_key(job.id)
+            ctx.redis, self.key, ctx.config.stream, cancel_key=cancel_key(job.id), run=new_run()
         )
         self.stream: Any = None
         self.shutdown: str | None = None
@@ -173,6 +173,10 @@ class _SynthesisJob:
         finally:
             if self.stream is not None and self.publisher.ended is not EntryType.EOS:
                 self.stream.cancel()
+            if self.publisher.ended in (EntryType.EOS, EntryType.CANCELLED):
+                # the job has ended for good: a cancel flag that arrived too late has nothing to stop
+                with contextlib.suppress(redis.RedisError):
+                    self.ctx.redis.delete(cancel_key(self.job.id))
 
     def _start_info(self, req: SynthesisRequest, attempt: int) -> dict[str, Any]:
         return {

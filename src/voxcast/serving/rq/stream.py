@@ -6,6 +6,12 @@ One stream per request, key ``voxcast:stream:<request id>``. Every entry has a `
 ``start``      ``info``: JSON metadata (request id, job id, attempt, format, sample rate, content type).
                An attempt that restarts (RQ retry) writes a new ``start``; readers drop what they
                collected from the earlier attempt.
+
+Every entry a job's attempt writes also carries ``run``: a random token of that attempt (its
+publisher). :func:`follow` reads only the run of the latest ``start`` it has seen, so two publishers on
+one stream (an attempt that a stalled worker resumes after its retry started, two processes with one
+job id) never mix: entries of another run are dropped. Entries without ``run`` (written on a job's
+behalf by another process, e.g. a dead worker's ``error``) belong to whichever run is current.
 ``chunk``      ``seq`` (0-based), ``format``, ``sample_rate``, ``t_ms`` (emit time from request start),
                ``frames``, ``audio`` (raw bytes in the response format; the first WAV chunk carries a
                streaming header, so the concatenation of all chunks is the file).
@@ -32,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -54,6 +61,7 @@ __all__ = [
     "StreamSettings",
     "StreamTimeout",
     "follow",
+    "new_run",
     "read_all",
     "stream_key",
 ]
@@ -116,6 +124,11 @@ def stream_key(job_id: str) -> str:
     return STREAM_KEY_PREFIX + request_id_for(job_id)
 
 
+def new_run() -> str:
+    """A fresh run token (one per attempt's publisher)."""
+    return uuid.uuid4().hex[:16]
+
+
 def _text(value: bytes | str | None) -> str | None:
     if value is None:
         return None
@@ -132,6 +145,7 @@ class StreamEntry:
         ts: publisher wall clock (Unix s) at write.
         received_ts: reader wall clock (Unix s) when the entry was read.
         info: decoded JSON of start/eos/error/cancelled entries.
+        run: the token of the attempt that wrote it (None: written on the job's behalf).
     """
 
     entry_id: str
@@ -145,6 +159,7 @@ class StreamEntry:
     frames: int | None = None
     audio: bytes = b""
     info: dict[str, Any] = field(default_factory=dict)
+    run: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -176,6 +191,7 @@ class StreamEntry:
             frames=int(raw["frames"]) if "frames" in raw else None,
             audio=audio.encode("latin-1") if isinstance(audio, str) else bytes(audio),
             info=json.loads(info_raw) if info_raw else {},
+            run=_text(raw.get("run")) or None,
         )
 
 
@@ -188,6 +204,8 @@ class StreamPublisher:
         settings: bounds and TTLs.
         cancel_key: if given, every :meth:`chunk` also checks (in the same round trip) whether this
             key exists and returns the answer, so cooperative cancellation costs no extra latency.
+        run: the run token written with every entry (:func:`new_run`; one per attempt). None: the
+            entries belong to the current run (a terminal entry written on a job's behalf).
     """
 
     def __init__(
@@ -197,17 +215,24 @@ class StreamPublisher:
         settings: StreamSettings | None = None,
         *,
         cancel_key: str | None = None,
+        run: str | None = None,
     ) -> None:
         self.client = client
         self.key = key
         self.settings = settings or StreamSettings()
         self.cancel_key = cancel_key
+        self.run = run
         self.ended: EntryType | None = None
         self.entries = 0
 
-    def start(self, info: Mapping[str, Any]) -> None:
-        """Write the ``start`` entry with request metadata."""
-        self._add({"type": EntryType.START.value, "info": json.dumps(dict(info))})
+    def start(self, info: Mapping[str, Any], *, reset: bool = False) -> None:
+        """Write the ``start`` entry with request metadata.
+
+        Args:
+            reset: delete what the stream held first (in the same transaction): the job id names a new
+                job, not a retry of the one whose entries are there (a RunPod job id run again).
+        """
+        self._add({"type": EntryType.START.value, "info": json.dumps(dict(info))}, reset=reset)
 
     def chunk(
         self, seq: int, audio: bytes, *, format: str, sample_rate: int, t_ms: float, frames: int = 0
@@ -263,16 +288,20 @@ class StreamPublisher:
         self._add({"type": etype.value, "info": json.dumps(dict(info), default=str)}, terminal=True)
         self.ended = etype
 
-    def _add(self, fields: dict[Any, Any], *, terminal: bool = False) -> bool:
+    def _add(self, fields: dict[Any, Any], *, terminal: bool = False, reset: bool = False) -> bool:
         """XADD + EXPIRE (+ EXISTS cancel key) in one round trip (a MULTI transaction)."""
         fields["ts"] = f"{time.time():.6f}"
+        if self.run is not None:
+            fields["run"] = self.run
         pipe = self.client.pipeline(transaction=True)
+        if reset:
+            pipe.delete(self.key)
         pipe.xadd(self.key, fields, maxlen=self.settings.maxlen, approximate=False)
         ttl = self.settings.ttl_s if terminal else self.settings.live_ttl_s
         pipe.expire(self.key, ttl)
         if self.cancel_key is not None and not terminal:
             pipe.exists(self.cancel_key)
-        replies = pipe.execute()
+        replies = pipe.execute()[1 if reset else 0 :]
         self.entries += 1
         return bool(replies[2]) if len(replies) > 2 else False
 
@@ -302,6 +331,8 @@ def follow(
     From ``"0-0"`` (the default) a late reader replays every entry first. The reader keeps the last id
     it saw, so a dropped connection (or a restarted Redis) resumes where it left off; transient
     connection errors are retried with the client's retry policy and then up to ``idle_timeout_s``.
+    Only the run of the latest ``start`` is read (see the module docstring): entries of another run
+    are dropped, so the terminal entry returned is the current run's.
 
     Args:
         client: Redis client (``decode_responses=False``).
@@ -317,6 +348,7 @@ def follow(
     """
     last = from_id
     idle_since = time.monotonic()
+    run: str | None = None
     while True:
         try:
             reply = client.xread({key: last}, count=count, block=block_ms)
@@ -333,6 +365,11 @@ def follow(
         for entry_id, fields in entries:
             entry = StreamEntry.decode(entry_id, fields)
             last = entry.entry_id
+            if entry.type is EntryType.START or run is None:
+                run = entry.run
+            elif entry.run is not None and entry.run != run:
+                log.info("stream %s: dropped a %s entry of another run (%s)", key, entry.type, entry.run)
+                continue
             yield entry
             if entry.terminal:
                 return

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from voxcast.engine.request import SynthesisRequest
 from voxcast.errors import Cancelled, VoxcastError
 from voxcast.serving.drain import SHUTDOWN, WorkerShutdown
-from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, stream_key
+from voxcast.serving.rq.stream import StreamPublisher, StreamSettings, new_run, stream_key
 
 if TYPE_CHECKING:
     from voxcast.service import EncodedChunk
@@ -46,7 +46,7 @@ class RedisMirror:
     def __init__(self, client: Any, job_id: str, settings: StreamSettings | None = None) -> None:
         self.job_id = job_id
         self.key = mirror_key(job_id)
-        self._pub = StreamPublisher(client, self.key, settings)
+        self._pub = StreamPublisher(client, self.key, settings, run=new_run())
         self.failed = False
 
     def start(self, request: SynthesisRequest) -> None:
@@ -58,7 +58,10 @@ class RedisMirror:
             "sample_rate": request.sample_rate,
             "source": "runpod",
         }
-        self._safe(self._pub.start, info)
+        # A RunPod job id names one run here: a second run with the same id (every local one-shot run
+        # is ``local-test``; a job RunPod retries) replaces what the stream held, so no follower
+        # replays the earlier run's audio as this one's.
+        self._safe(self._pub.start, info, reset=True)
 
     def chunk(self, chunk: EncodedChunk) -> None:
         """Publish one :class:`~voxcast.service.EncodedChunk` (called on the engine pump thread)."""
