@@ -23,7 +23,10 @@ def _check(monkeypatch: pytest.MonkeyPatch, error: Exception | None, **fields: A
             raise error
 
     monkeypatch.setattr(service_module, "resolve_voice", resolve)
-    stub = SimpleNamespace(engine=None, voices=None, voice_aliases={}, default_voice=lambda: None)
+    stub = SimpleNamespace(
+        engine=None, voices=None, voice_aliases={}, default_voice=lambda: None,
+        config=SimpleNamespace(ref_audio_url_hosts=frozenset()),
+    )  # fmt: skip
     Service.check_voice(stub, parse_request({"text": "x", **fields}))  # type: ignore[arg-type]
     return seen
 

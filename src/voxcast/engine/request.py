@@ -25,8 +25,10 @@ from voxcast.models.sampling import SamplingParams
 from voxcast.text.normalize import normalize_text
 
 __all__ = [
+    "LANGUAGE_CODES",
     "MAX_TEXT_CHARS",
     "REQUEST_ID_RE",
+    "TASK_TYPES",
     "SamplingParams",
     "SynthesisRequest",
     "check_request_id",
@@ -40,6 +42,32 @@ MAX_TEXT_CHARS = 5000
 
 MAX_REF_AUDIO_BYTES = 20 * 1024 * 1024
 """Largest inline reference audio (decoded bytes)."""
+
+LANGUAGE_CODES = {
+    "en": "english",
+    "zh": "chinese",
+    "de": "german",
+    "es": "spanish",
+    "fr": "french",
+    "it": "italian",
+    "ja": "japanese",
+    "ko": "korean",
+    "pt": "portuguese",
+    "ru": "russian",
+}
+"""ISO 639-1 codes of the languages the models speak, read as their names (``"en"`` is ``english``)."""
+
+TASK_TYPES = {"base": "base", "customvoice": "custom_voice", "voicedesign": "voice_design"}
+"""vLLM-Omni's ``task_type`` values (any case, ``_`` and ``-`` ignored) -> the checkpoint variant."""
+
+#: vLLM-Omni's names of voxcast's fields (a migrating client's body works unchanged).
+_VLLM_OMNI_NAMES = {
+    "non_streaming_mode": "non_streaming_text",
+    "x_vector_only_mode": "x_vector_only",
+    "max_new_tokens": "max_frames",
+    "initial_codec_chunk_frames": "first_chunk_frames",
+    "speaker": "voice",
+}
 
 G711_SAMPLE_RATE = 8000
 """The ``sample_rate`` of ``mulaw`` and ``alaw`` when a request names none (a telephone line's)."""
@@ -58,7 +86,9 @@ class SynthesisRequest(BaseModel):
 
     text: str = Field(..., alias="input", description="text to speak (OpenAI alias: input)")
     voice: str | None = Field(None, max_length=128)
-    ref_audio: str | None = Field(None, description="reference audio file, base64 (data: URI ok)")
+    ref_audio: str | None = Field(
+        None, description="reference audio file: base64, a data: URI, or an http(s) URL the server allows"
+    )
     ref_text: str | None = Field(None, max_length=2000)
     x_vector_only: bool = Field(False, description="clone from the speaker vector only (no ICL)")
     instruct: str | None = Field(None, max_length=2000)
@@ -79,6 +109,53 @@ class SynthesisRequest(BaseModel):
         False, description="report each word's estimated start and end (voxcast.audio.word_times)"
     )
     request_id: str | None = None
+    task_type: str | None = Field(
+        None,
+        description="vLLM-Omni's task_type (base, custom_voice, voice_design): checked against the model",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_omni_fields(cls, data: Any) -> Any:
+        """vLLM-Omni's speech fields under their own names, at every entry point: each is voxcast's
+        field of the same meaning (``non_streaming_mode`` is ``non_streaming_text``,
+        ``x_vector_only_mode`` ``x_vector_only``, ``max_new_tokens`` ``max_frames`` (one codec frame
+        per token, as vLLM-Omni counts them), ``initial_codec_chunk_frames`` ``first_chunk_frames``,
+        ``speaker`` ``voice``), and ``stream_format`` (``audio`` or ``sse``: what an HTTP response
+        streams; elsewhere it changes nothing). Both names with different values are refused."""
+        if not isinstance(data, Mapping) or not (_VLLM_OMNI_NAMES.keys() | {"stream_format"}) & data.keys():
+            return data
+        out = dict(data)
+        if "stream_format" in out:
+            fmt = out.pop("stream_format")
+            if fmt is not None and fmt not in ("audio", "sse"):
+                raise PydanticCustomError(
+                    "stream_format",
+                    f"stream_format must be audio or sse, not {fmt!r}",
+                    {"field": "stream_format"},
+                )
+        for theirs, ours in _VLLM_OMNI_NAMES.items():
+            if theirs not in out:
+                continue
+            value = out.pop(theirs)
+            if value is None:
+                continue
+            if ours in out and out[ours] is not None and out[ours] != value:
+                raise PydanticCustomError(
+                    "duplicate",
+                    f"{theirs} ({value!r}) and {ours} ({out[ours]!r}) say different things: give one",
+                    {"field": theirs},
+                )
+            if theirs == "max_new_tokens" and (
+                isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 8192
+            ):
+                raise PydanticCustomError(
+                    "max_new_tokens",
+                    f"max_new_tokens must be an integer 2-8192 (codec frames, 12.5 a second); got {value!r}",
+                    {"field": "max_new_tokens"},
+                )
+            out[ours] = value
+        return out
 
     @model_validator(mode="before")
     @classmethod
@@ -171,7 +248,19 @@ class SynthesisRequest(BaseModel):
     @field_validator("language")
     @classmethod
     def _language(cls, v: str) -> str:
-        return v.strip().lower() or "auto"
+        """Any case (``English``, ``english``), or the ISO 639-1 code (``en``)."""
+        v = v.strip().lower() or "auto"
+        return LANGUAGE_CODES.get(v.split("-")[0] if len(v) in (2, 5) else v, v)
+
+    @field_validator("task_type")
+    @classmethod
+    def _task_type(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        kind = TASK_TYPES.get(v.strip().lower().replace("_", "").replace("-", ""))
+        if kind is None:
+            raise ValueError(f"task_type must be Base, CustomVoice or VoiceDesign, not {v!r}")
+        return kind
 
     @field_validator("voice", "ref_text")
     @classmethod
@@ -203,6 +292,10 @@ class SynthesisRequest(BaseModel):
     def _ref_audio(cls, v: str | None) -> str | None:
         if v is None:
             return None
+        if is_url(v):  # fetched by the service where its settings allow the host
+            if len(v) > 2048:
+                raise ValueError("ref_audio URL is longer than 2048 characters")
+            return v.strip()
         payload = v.split(",", 1)[1] if v.startswith("data:") else v
         try:
             raw = base64.b64decode(payload, validate=True)
@@ -233,8 +326,24 @@ class SynthesisRequest(BaseModel):
         return self
 
     def ref_audio_bytes(self) -> bytes | None:
-        """The decoded reference audio file, if any."""
+        """The decoded reference audio file, if any.
+
+        Raises:
+            InvalidRequest: ``ref_audio`` is a URL (the service fetches those where allowed:
+                :mod:`voxcast.service.ref_audio_url`).
+        """
+        if self.ref_audio is not None and is_url(self.ref_audio):
+            raise InvalidRequest(
+                "ref_audio: a URL is fetched only by a server whose VOXCAST_REF_AUDIO_URL_HOSTS names its host",
+                field="ref_audio",
+            )
         return None if self.ref_audio is None else base64.b64decode(self.ref_audio)
+
+
+def is_url(value: str) -> bool:
+    """Whether a ``ref_audio`` value is an http(s) URL (not base64 or a data: URI)."""
+    head = value.lstrip()[:8].lower()
+    return head.startswith("http://") or head.startswith("https://")
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -11,17 +11,23 @@ field and say what would work.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from voxcast.engine.engine import Engine
-from voxcast.engine.request import SynthesisRequest
+from voxcast.engine.request import SynthesisRequest, is_url
 from voxcast.engine.timing import Timing
 from voxcast.errors import InvalidRequest, VoiceNotFound
+from voxcast.service.ref_audio_url import fetch_ref_audio
 from voxcast.storage.keys import is_voice_id
 from voxcast.voices import VoiceRegistry
 
-__all__ = ["default_voice", "resolve_voice"]
+__all__ = ["check_task_type", "default_voice", "resolve_voice"]
+
+_TASK_NAMES = {
+    ours: theirs
+    for theirs, ours in {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}.items()
+}
 
 Resolved = tuple[Any, str, str | None, str | None]
 """(voice prompt or None, the voice's cache-key part, registered voice id or None, the built-in
@@ -39,6 +45,28 @@ def default_voice(configured: str | None, engine: Engine, aliases: Mapping[str, 
     return None
 
 
+def check_task_type(req: SynthesisRequest, engine: Engine) -> None:
+    """A request's ``task_type`` (vLLM-Omni's) must be what the loaded model serves: a Qwen3-TTS
+    checkpoint its own variant, Chatterbox Turbo (which clones voices) ``Base``.
+
+    Raises:
+        InvalidRequest: naming ``task_type`` and what the model serves.
+    """
+    if req.task_type is None:
+        return
+    served = engine.model_type
+    fits = req.task_type == served or (
+        req.task_type == "base" and served not in _TASK_NAMES and engine.clones_voices
+    )
+    if not fits:
+        serves = _TASK_NAMES.get(served, "Base" if engine.clones_voices else served)
+        raise InvalidRequest(
+            f"task_type {_TASK_NAMES[req.task_type]} does not fit the loaded {served} model (it serves "
+            f"task_type {serves})",
+            field="task_type",
+        )
+
+
 def resolve_voice(
     req: SynthesisRequest,
     timing: Timing,
@@ -47,6 +75,7 @@ def resolve_voice(
     voices: VoiceRegistry[Any],
     aliases: Mapping[str, str],
     default: str | None,
+    url_hosts: Collection[str] = (),
 ) -> Resolved:
     """The voice ``req`` is spoken in (see :data:`Resolved`); the time it took is ``timing.voice_ms``.
 
@@ -63,6 +92,7 @@ def resolve_voice(
         VoiceNotFound: an unknown speaker or voice id.
     """
     t0 = time.perf_counter()
+    check_task_type(req, engine)
     try:
         name = req.voice
         if name is None and req.ref_audio is None:
@@ -71,7 +101,11 @@ def resolve_voice(
                 timing.extra["voice_default"] = name
         if name is not None:
             return _named_voice(name, timing, engine, voices, aliases)
-        audio = req.ref_audio_bytes()
+        audio = (
+            fetch_ref_audio(req.ref_audio, url_hosts)
+            if req.ref_audio is not None and is_url(req.ref_audio)
+            else req.ref_audio_bytes()
+        )
         if audio is not None:
             if engine.cloning_refusal is not None:
                 raise InvalidRequest(engine.cloning_refusal, field="ref_audio")

@@ -30,6 +30,7 @@ from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.errors import InvalidRequest, VoxcastError
 from voxcast.logs import redact
 from voxcast.serving.cli.errors import CommandError, describe, exit_code_of, with_field
+from voxcast.serving.cli.request_flag import add_request_flag, request_fields
 from voxcast.serving.exit import ends_process
 from voxcast.serving.rq.config import QueueConfig
 from voxcast.serving.rq.stream import EntryType, StreamEntry, StreamTimeout
@@ -67,7 +68,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic, cacheable)")
     p.add_argument("--max-frames", type=int, help="frame limit (12.5 frames a second)")
     p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
-    p.add_argument("--request", help="extra request fields as JSON (merged last)")
+    add_request_flag(p)
     p.add_argument("--queue", help="queue name (default: the first of VOXCAST_QUEUES)")
     p.add_argument("--follow", action="store_true", help="read the stream as it grows")
     p.add_argument(
@@ -278,14 +279,7 @@ def _request(args: argparse.Namespace, out: OutputFile) -> dict[str, Any]:
             req[key] = getattr(args, key)
     if args.greedy:
         req["greedy"] = True
-    if args.request:
-        try:
-            extra = json.loads(args.request)
-        except json.JSONDecodeError as e:
-            raise InvalidRequest(f"--request is not valid JSON: {e}", field="request") from e
-        if not isinstance(extra, dict):
-            raise InvalidRequest("--request must be a JSON object", field="request")
-        req.update(extra)
+    req.update(request_fields(args.request))
     return req
 
 

@@ -22,6 +22,7 @@ from voxcast.audio.formats import NATIVE_SAMPLE_RATE, AudioFormat
 from voxcast.audio.wav import WavCodec
 from voxcast.errors import InvalidRequest
 from voxcast.serving.cli.errors import CommandError
+from voxcast.serving.cli.request_flag import add_request_flag, request_fields
 
 __all__ = ["add_parsers"]
 
@@ -94,6 +95,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-warmup", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--no-cache", action="store_true", help="do not read or fill the audio cache")
     p.add_argument("--max-frames", type=int, help="frame limit (12.5 frames a second)")
+    add_request_flag(p)
     p.add_argument(
         "--word-timestamps",
         action="store_true",
@@ -220,6 +222,7 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
             req[key] = getattr(args, key)
     if args.ref_audio is not None:
         req["ref_audio"] = base64.b64encode(args.ref_audio.read_bytes()).decode()
+    req.update(request_fields(args.request))
     return req
 
 
