@@ -163,11 +163,6 @@ class SynthesisRequest(BaseModel):
         """Accept sampling fields at the top level too (``{"seed": 1}`` as well as nested)."""
         if not isinstance(data, Mapping):
             return data
-        for key, value in data.items():  # text the codecs cannot carry, named before it reaches them
-            if isinstance(value, str) and not _is_utf8(value):
-                raise PydanticCustomError(
-                    "unicode", "contains invalid Unicode (a lone surrogate)", {"field": str(key)}
-                )
         flat = {k: data[k] for k in SamplingParams.model_fields if k in data}
         if not flat:
             return data
@@ -217,6 +212,20 @@ class SynthesisRequest(BaseModel):
                 )
             out["voice"] = voice["id"]
         return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        """Text the codecs cannot carry (a lone surrogate), in any top-level field (``model`` and the
+        others read before the fields are), named before it reaches them. Defined last: pydantic runs
+        the last ``before`` validator first."""
+        if isinstance(data, Mapping):
+            for key, value in data.items():
+                if isinstance(value, str) and not _is_utf8(value):
+                    raise PydanticCustomError(
+                        "unicode", "contains invalid Unicode (a lone surrogate)", {"field": str(key)}
+                    )
+        return data
 
     @model_validator(mode="before")
     @classmethod

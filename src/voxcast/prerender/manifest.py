@@ -129,7 +129,7 @@ def _load_rows(text: str, fmt: str) -> tuple[list[Any], dict[str, Any]]:
             reader = csv.DictReader(io.StringIO(text))
             if not reader.fieldnames:
                 raise InvalidRequest("the CSV manifest has no header row", field="manifest")
-            rows = [{k.strip(): v for k, v in r.items() if k is not None} for r in reader]
+            rows = [_csv_row({k.strip(): v for k, v in r.items() if k is not None}) for r in reader]
             return rows, {}
         data: Any = json.loads(text) if fmt == "json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError, csv.Error) as e:
@@ -146,6 +146,22 @@ def _as_list(rows: Any) -> list[Any]:
     if not isinstance(rows, list):
         raise InvalidRequest("a manifest is a list of prompts (or {defaults, prompts})", field="manifest")
     return rows
+
+
+#: Fields whose CSV cell is a whole number (the request schema takes integers there, not strings).
+_CSV_INTEGERS = frozenset(
+    {"seed", "top_k", "max_frames", "first_chunk_frames", "chunk_frames", "max_new_tokens"}
+)
+
+
+def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row's integer cells as integers (``"5"`` -> 5); any other text stays for the schema to
+    refuse, naming the field."""
+    for key in _CSV_INTEGERS & row.keys():
+        cell = row[key]
+        if isinstance(cell, str) and cell.strip().lstrip("+-").isdigit():
+            row[key] = int(cell.strip())
+    return row
 
 
 def _clean(raw: Mapping[Any, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter
 from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -40,6 +41,27 @@ _MAX_REF_TEXT = next(
 voice stays within what a request may carry."""
 _AUDIO_FIELDS = ("audio", "audio_sample", "file")
 """The reference file's form field: voxcast's ``audio``, the ``openai`` SDK's ``audio_sample``."""
+
+
+class _NotUtf8(MultiPartException):
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field} is not valid UTF-8")
+        self.field = field
+
+
+class _Utf8MultiPart(MultiPartParser):
+    """Starlette's multipart parser, refusing a text field that is not UTF-8 (Starlette reads such
+    a field as Latin-1, so ``name`` and ``ref_text`` were stored as mojibake where the JSON path
+    refuses the same bytes)."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None:
+            try:
+                bytes(part.data).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _NotUtf8(part.field_name[:64] or "request") from e
+        super().on_part_end()
 
 
 def _bad(message: str, field: str) -> HttpError:
@@ -130,13 +152,24 @@ async def _upload(request: Request, limit: int) -> _Upload:
         if not request.headers.get("content-length", "").isdigit():  # file parts have no size cap
             raise HttpError(411, "a multipart upload needs a Content-Length", code="length_required")
         check_length(request, limit)
-        form = await request.form(max_files=1, max_fields=8, max_part_size=limit)
-        field = next((f for f in _AUDIO_FIELDS if isinstance(form.get(f), UploadFile)), None)
-        if field is None:
-            raise _bad("upload the reference as the file field 'audio' (or 'audio_sample')", "audio")
-        upload = form[field]
-        assert isinstance(upload, UploadFile)
-        return _fields(form.get, await upload.read(), field)
+        parser = _Utf8MultiPart(
+            request.headers, request.stream(), max_files=1, max_fields=8, max_part_size=limit
+        )
+        try:
+            form = await parser.parse()
+        except _NotUtf8 as e:
+            raise _bad(f"{e.field}: not valid UTF-8 text", e.field) from e
+        except MultiPartException as e:
+            raise _bad(f"the multipart body is malformed: {e.message}", "request") from e
+        try:
+            field = next((f for f in _AUDIO_FIELDS if isinstance(form.get(f), UploadFile)), None)
+            if field is None:
+                raise _bad("upload the reference as the file field 'audio' (or 'audio_sample')", "audio")
+            upload = form[field]
+            assert isinstance(upload, UploadFile)
+            return _fields(form.get, await upload.read(), field)
+        finally:
+            await form.close()
     body = await read_json(request, limit)
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object", "request")
