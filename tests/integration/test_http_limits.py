@@ -144,3 +144,59 @@ def test_out_of_file_descriptors_backs_off_quietly_and_recovers(
     log = (tmp_path / "serve.log").read_text()
     assert "Traceback" not in log and "out of system resource" not in log
     assert 1 <= log.count("cannot accept connections") <= 10
+
+
+def test_request_heads_past_the_limits_get_431_and_the_memory_is_not_held(
+    tiny_model_dir: Factory, tmp_path: Path
+) -> None:
+    """Before: one 16 MB header got 200, and 20 of them at once raised the server's RSS by ~0.4 GB,
+    never given back. Now a head over ``VOXCAST_HTTP_MAX_HEADER_KB`` or ``VOXCAST_HTTP_MAX_HEADERS``
+    is answered 431 with OpenAI's error object as it arrives, and the server keeps serving."""
+    env = _env(
+        tiny_model_dir("custom_voice"),
+        tmp_path,
+        VOXCAST_HTTP_MAX_HEADER_KB="16",
+        VOXCAST_HTTP_MAX_HEADERS="20",
+    )
+    proc, port = _serve(env, tmp_path / "serve.log")
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/ping", proc)
+        rss_before = _rss_kb(proc.pid)
+        big = b"X-Big: " + b"a" * (4 << 20) + b"\r\n"  # 4 MB, sent in pieces
+        refused = []
+        for _ in range(10):
+            sock = _connect(port, HEAD)
+            try:
+                for i in range(0, len(big), 1 << 16):
+                    sock.sendall(big[i : i + (1 << 16)])
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed by the server once the limit passed
+            refused.append(_ends(sock))
+        assert all(r.startswith(b"HTTP/1.1 431 ") and b'"code": "header_too_large"' in r for r in refused)
+        many = HEAD + b"".join(f"X-H{i}: {i}\r\n".encode() for i in range(30)) + b"\r\n"
+        assert _ends(_connect(port, many)).startswith(b"HTTP/1.1 431 ")
+        # a head within the limits (a body in the same packet is not counted as head)
+        body = httpx.Request("POST", "/", json=SAY).content
+        fits = (
+            HEAD
+            + b"X-Ok: "
+            + b"b" * 8000
+            + b"\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
+        assert _ends(_connect(port, fits + body)).startswith(b"HTTP/1.1 200 ")
+        assert _speak(port).status_code == 200
+        grown_mb = (_rss_kb(proc.pid) - rss_before) / 1024
+        assert grown_mb < 100, f"RSS grew {grown_mb:.0f} MB"
+        _stop(proc)
+    finally:
+        stop_process(proc)
+    log = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in log and "refused a request from" in log
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")

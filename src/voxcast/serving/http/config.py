@@ -43,6 +43,10 @@ class HttpConfig:
         max_connections: connections held at once, WebSockets included; one more gets 503 and is
             closed at once (``VOXCAST_HTTP_MAX_CONNECTIONS``; unset: the process's file-descriptor
             limit less a reserve, :func:`voxcast.serving.http.limits.default_max_connections`).
+        max_header_bytes: largest request head (request line and headers, bytes); a bigger one gets
+            431 and the connection is closed (``VOXCAST_HTTP_MAX_HEADER_KB``, 64).
+        max_headers: most header lines in one request head; more get 431 (``VOXCAST_HTTP_MAX_HEADERS``,
+            100).
         exposure: browser origins (CORS), API docs and metrics access (``VOXCAST_CORS_ORIGINS``,
             ``VOXCAST_HTTP_DOCS``, ``VOXCAST_METRICS_AUTH``; :mod:`voxcast.serving.http.exposure`).
     """
@@ -58,6 +62,8 @@ class HttpConfig:
     body_timeout_s: float = 60.0
     idle_timeout_s: int = 5
     max_connections: int | None = None
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
     exposure: Exposure = field(default_factory=Exposure)
 
     def __post_init__(self) -> None:
@@ -75,6 +81,8 @@ class HttpConfig:
             raise ValueError("header and body timeouts must be > 0, the idle timeout >= 1 s")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("max_connections must be >= 1")
+        if self.max_header_bytes < 1024 or self.max_headers < 8:
+            raise ValueError("max_header_bytes must be >= 1024 and max_headers >= 8")
 
     @property
     def separate_health_port(self) -> bool:
@@ -108,5 +116,9 @@ class HttpConfig:
                 if env_str(env, "VOXCAST_HTTP_MAX_CONNECTIONS")
                 else None
             ),
+            max_header_bytes=int(
+                env_float(env, "VOXCAST_HTTP_MAX_HEADER_KB", 64.0, lo=1.0, hi=65536.0) * 1024
+            ),
+            max_headers=env_int(env, "VOXCAST_HTTP_MAX_HEADERS", d.max_headers, lo=8, hi=10_000),
             exposure=Exposure.from_env(env),
         )

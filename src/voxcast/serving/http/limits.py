@@ -10,6 +10,10 @@ descriptors, after which asyncio's accept loop logs a traceback thousands of tim
   response) and that request's body within ``body_timeout_s`` of its head, else it is closed; a
   connection beyond ``max_connections`` (WebSockets included) gets 503 and is closed at once, so its
   file descriptor is free again.
+- the same protocol bounds each request head: at most ``max_header_bytes`` (request line and
+  headers) and ``max_headers`` header lines, counted as the bytes arrive, before the parser buffers
+  them; a head past either gets 431 with OpenAI's error object and the connection is closed (httptools
+  has no limit of its own: one 16 MB header was accepted, and 20 of them held ~0.4 GB).
 - :func:`quiet_accept_errors` turns asyncio's "socket.accept() out of system resource" (no file
   descriptor left: asyncio stops accepting for a second, then tries again) into one warning line per
   ``every_s``, with the count of the ones left out.
@@ -102,19 +106,78 @@ def _refusal() -> bytes:
     return head.encode() + body
 
 
+def _too_large(what: str) -> bytes:
+    body = json.dumps(
+        {
+            "error": {
+                "message": f"request header fields too large: {what}",
+                "type": "invalid_request_error",
+                "param": "headers",
+                "code": "header_too_large",
+            }
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+        f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_HEAD_END = b"\r\n\r\n"
+
+
 def guarded_protocol(
     base: type[asyncio.Protocol],
     *,
     header_timeout_s: float,
     body_timeout_s: float,
     max_connections: int,
+    max_header_bytes: int = 64 * 1024,
+    max_headers: int = 100,
 ) -> type[asyncio.Protocol]:
     """A subclass of uvicorn's HTTP protocol class ``base`` that enforces the limits above."""
     slow_head, slow_body, refused = RateLimitedLog(log), RateLimitedLog(log), RateLimitedLog(log)
+    too_large = RateLimitedLog(log)
 
     class Guarded(base):  # type: ignore[valid-type, misc]
         _vx_cycle: Any = None
         _vx_timer: asyncio.TimerHandle | None = None
+        _vx_head_bytes = 0
+        _vx_head_lines = 0
+        _vx_tail = b""
+
+        def data_received(self, data: bytes) -> None:
+            if self._vx_awaiting_head():
+                over = self._vx_count_head(data)
+                if over is not None:
+                    too_large.warning("refused a request from %s: %s", _peer(self.client), over)
+                    self.transport.write(_too_large(over))
+                    self.transport.close()
+                    return
+            super().data_received(data)
+
+        def _vx_awaiting_head(self) -> bool:
+            cycle = self._vx_cycle
+            return self.transport is not None and (cycle is None or cycle.response_complete)
+
+        def _vx_count_head(self, data: bytes) -> str | None:
+            """Count ``data`` into the head being received (up to its blank line); what is over a
+            limit, or None."""
+            seen = self._vx_tail + data
+            end = seen.find(_HEAD_END)
+            part = seen[len(self._vx_tail) : end + len(_HEAD_END)] if end >= 0 else data
+            self._vx_head_bytes += len(part)
+            self._vx_head_lines += part.count(b"\n")
+            self._vx_tail = b"" if end >= 0 else seen[-3:]
+            over = None
+            if self._vx_head_bytes > max_header_bytes:
+                over = f"more than {max_header_bytes} bytes (VOXCAST_HTTP_MAX_HEADER_KB)"
+            elif self._vx_head_lines > max_headers + 2:  # the request line and the blank line
+                over = f"more than {max_headers} header lines (VOXCAST_HTTP_MAX_HEADERS)"
+            if end >= 0:
+                self._vx_head_bytes = self._vx_head_lines = 0
+            return over
 
         # uvicorn assigns ``cycle`` when a request's head is complete (both protocols)
         @property

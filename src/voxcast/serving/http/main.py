@@ -147,6 +147,8 @@ def _protocol(http: HttpConfig) -> type[asyncio.Protocol]:
         header_timeout_s=http.header_timeout_s,
         body_timeout_s=http.body_timeout_s,
         max_connections=cap,
+        max_header_bytes=http.max_header_bytes,
+        max_headers=http.max_headers,
     )
 
 
