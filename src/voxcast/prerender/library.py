@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from voxcast.errors import InvalidRequest, StorageError
+from voxcast.errors import InvalidRequest
 from voxcast.prerender.gate import GateSettings
 from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
 from voxcast.prerender.manifest import Manifest, parse_manifest
@@ -51,10 +51,12 @@ from voxcast.prerender.presets import (
     PostProcess,
 )
 from voxcast.prerender.render import COUNTS, Outcome, PromptRenderer, render_prompts
+from voxcast.storage.base import BlobNotFound, BlobStore
 from voxcast.storage.keys import validate_key
 
 if TYPE_CHECKING:
     from voxcast.service import Service
+    from voxcast.storage.retry import RetryPolicy
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -242,20 +244,21 @@ def in_flight_for(service: Service, spec: PrerenderJob) -> int:
     return min(spec.in_flight or max_active, max_active)
 
 
-def read_manifest(service: Service, spec: PrerenderJob) -> Manifest:
-    """Parse the job's manifest (inline, or read from ``manifest_key``).
+def read_manifest(service: Service, spec: PrerenderJob, *, store: BlobStore | None = None) -> Manifest:
+    """Parse the job's manifest (inline, or read from ``manifest_key`` in ``store``, by default the
+    service's).
 
     Raises:
-        InvalidRequest: the manifest as a whole is unreadable.
+        InvalidRequest: the manifest as a whole is unreadable, or there is no such object.
+        StorageError: the store failed (an outage is not the caller's fault).
     """
     text = spec.manifest
     if text is None:
         assert spec.manifest_key is not None
+        store = store if store is not None else service.store
         try:
-            text = service.store.get_bytes(validate_key(spec.manifest_key, field="manifest_key")).decode(
-                "utf-8"
-            )
-        except (StorageError, UnicodeDecodeError) as e:
+            text = store.get_bytes(validate_key(spec.manifest_key, field="manifest_key")).decode("utf-8")
+        except (BlobNotFound, UnicodeDecodeError) as e:
             raise InvalidRequest(
                 f"cannot read manifest {spec.manifest_key!r}: {e}", field="manifest_key"
             ) from e
@@ -263,8 +266,9 @@ def read_manifest(service: Service, spec: PrerenderJob) -> Manifest:
     return parse_manifest(text, fmt, spec.defaults)
 
 
-def renderer_for(service: Service, spec: PrerenderJob) -> PromptRenderer:
-    """The prompt renderer of ``spec`` on ``service``."""
+def renderer_for(service: Service, spec: PrerenderJob, retry: RetryPolicy | None = None) -> PromptRenderer:
+    """The prompt renderer of ``spec`` on ``service``; ``retry``: how its failed puts are retried
+    (None: they are not)."""
     return PromptRenderer(
         service=service,
         library=spec.library,
@@ -272,6 +276,7 @@ def renderer_for(service: Service, spec: PrerenderJob) -> PromptRenderer:
         post=spec.post,
         gate=spec.gate,
         model=str(service.engine.identity),
+        retry=retry,
     )
 
 

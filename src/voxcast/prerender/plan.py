@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from voxcast.errors import StorageError
 from voxcast.prerender.gate import GateSettings
 from voxcast.prerender.identity import MANIFEST_SCHEMA, library_prefix, object_key, render_hash
 from voxcast.prerender.manifest import Manifest, Prompt
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CHUNK_CHARS",
     "DEFAULT_CHUNK_PROMPTS",
+    "ManifestNotWritten",
     "PlanRecord",
     "assemble",
     "chunk_work",
@@ -70,6 +72,16 @@ N / 32 workers."""
 
 DEFAULT_CHUNK_CHARS = 4000
 """Characters of text per chunk (long prompts take longer): a chunk closes at either limit."""
+
+
+class ManifestNotWritten(StorageError):
+    """The store failed while the manifest was read back or written; ``summary`` is the library's
+    summary all the same (what was rendered, ``manifest_written: false``). Its cause is the store's
+    error."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 @dataclass
@@ -140,12 +152,22 @@ def work_for(service: Service, spec: PrerenderJob, prompts: Iterable[Prompt]) ->
     ]
 
 
-def plan_library(service: Service, spec: PrerenderJob, manifest: Manifest) -> tuple[PlanRecord, list[Work]]:
-    """Decide what to render (see the module docstring): the record and the work, in manifest order."""
+def plan_library(
+    service: Service, spec: PrerenderJob, manifest: Manifest, *, store: BlobStore | None = None
+) -> tuple[PlanRecord, list[Work]]:
+    """Decide what to render (see the module docstring): the record and the work, in manifest order.
+
+    ``store``: where the previous manifest and the library's objects are read (default: the
+    service's; a queue job passes one that retries, :class:`~voxcast.storage.retry.RetryingStore`).
+
+    Raises:
+        StorageError: the store failed.
+    """
+    store = store if store is not None else service.store
     prefix = library_prefix(spec.library)
     manifest_key = validate_key(prefix + "manifest.json")
-    previous = load_previous(service.store, manifest_key, spec.library)
-    existing = set(service.store.list_keys(prefix))
+    previous = load_previous(store, manifest_key, spec.library)
+    existing = set(store.list_keys(prefix))
     record = PlanRecord(
         library=spec.library,
         manifest_key=manifest_key,
@@ -208,13 +230,59 @@ def assemble(
         outcomes: prompt id -> outcome, for the prompts rendered (or failed) in this run.
         lost: prompt id -> why it has no outcome (its chunk failed); each becomes an error. Prompts
             neither skipped, rendered nor lost (a cancelled run) are left out of the manifest.
-        status: ``finished`` or ``cancelled``.
+        status: ``finished``, ``cancelled`` or ``storage_error``.
         extra: more summary fields (job ids, per-worker shares...).
 
     Returns:
-        The summary: counts, ``errors``, ``orphans``, ``manifest_key``, throughput, ``status``.
+        The summary: counts, ``errors``, ``orphans``, ``manifest_key``, ``manifest_written``,
+        throughput, ``status``.
+
+    Raises:
+        ManifestNotWritten: the store failed; it carries the summary. A previous manifest that
+        cannot be read is never replaced (its skipped prompts' entries would be lost).
     """
-    previous = load_previous(store, record.manifest_key, record.library) if record.skipped else {}
+    failure: StorageError | None = None
+    try:
+        previous = load_previous(store, record.manifest_key, record.library) if record.skipped else {}
+    except StorageError as e:
+        previous, failure = {}, e
+    entries, errors, counts = _collect(record, outcomes, previous, lost or {})
+    if failure is None:
+        try:
+            _write_manifest(store, record, entries, errors)
+        except StorageError as e:
+            failure = e
+    elapsed = max(0.0, time.time() - record.started_ts)
+    done = counts["rendered"] + counts["skipped"]
+    summary = {
+        "library": record.library,
+        "manifest_key": record.manifest_key,
+        "manifest_written": failure is None,
+        "status": status,
+        "total": record.total,
+        **counts,
+        "not_rendered": len(record.order)
+        - len(record.skipped)
+        - sum(1 for p in record.order if p in outcomes)
+        - len(lost or {}),
+        "errors": errors,
+        "orphans": record.orphans,
+        "presets": record.presets,
+        "elapsed_s": round(elapsed, 3),
+        "prompts_per_s": round(done / elapsed, 3) if elapsed > 0 else 0.0,
+        **(extra or {}),
+    }
+    if failure is not None:
+        raise ManifestNotWritten(
+            f"{record.manifest_key} not written: {failure.message}", summary
+        ) from failure
+    return summary
+
+
+def _collect(
+    record: PlanRecord, outcomes: Mapping[str, Outcome], previous: Mapping[str, Any], lost: Mapping[str, str]
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int]]:
+    """The manifest's entries and errors and the library's counts, in manifest order."""
     entries: dict[str, Any] = {}
     skipped = set(record.skipped)
     errors = list(record.row_errors)
@@ -232,29 +300,10 @@ def assemble(
                 errors.append(o.error.to_dict())
             for k, v in o.counts.items():
                 counts[k] = counts.get(k, 0) + v
-        elif lost and pid in lost:
+        elif pid in lost:
             errors.append({"row": record.rows.get(pid, 0), "id": pid, "field": "chunk", "message": lost[pid]})
             counts["failed"] += 1
-    _write_manifest(store, record, entries, errors)
-    elapsed = max(0.0, time.time() - record.started_ts)
-    done = counts["rendered"] + counts["skipped"]
-    return {
-        "library": record.library,
-        "manifest_key": record.manifest_key,
-        "status": status,
-        "total": record.total,
-        **counts,
-        "not_rendered": len(record.order)
-        - len(skipped)
-        - sum(1 for p in record.order if p in outcomes)
-        - len(lost or {}),
-        "errors": errors,
-        "orphans": record.orphans,
-        "presets": record.presets,
-        "elapsed_s": round(elapsed, 3),
-        "prompts_per_s": round(done / elapsed, 3) if elapsed > 0 else 0.0,
-        **(extra or {}),
-    }
+    return entries, errors, counts
 
 
 def _write_manifest(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from voxcast.prerender.levels import Leveled, encode_leveled
 from voxcast.prerender.manifest import Prompt, RowError
 from voxcast.prerender.presets import PostProcess, Preset, postprocess
 from voxcast.storage.keys import sha256_hex
+from voxcast.storage.retry import RetryPolicy, StoreGaveUp, retry_call
 from voxcast.watermark import mark
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ COUNTS = ("rendered", "failed", "cache_hits", "objects", "rerenders", "gate_fail
 """What an outcome adds to a library's counts (``skipped`` is decided before rendering)."""
 
 _TICK_S = 0.25
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -113,6 +116,9 @@ class PromptRenderer:
         post: trim/loudness settings.
         gate: the quality gate.
         model: the engine's identity (recorded per entry).
+        retry: how a store failure is retried (:mod:`voxcast.storage.retry`): a file's put, or the
+            synthesis (a registered voice read, a cached render read); None: not. A render stopped
+            while it waits for the store is not stored.
     """
 
     service: Service
@@ -121,6 +127,7 @@ class PromptRenderer:
     post: PostProcess
     gate: GateSettings
     model: str
+    retry: RetryPolicy | None = None
 
     def render(self, prompt: Prompt, h: str, keys: Mapping[str, str], stop: threading.Event) -> Outcome:
         """Render, check and store ``prompt`` (``h``: its render hash; ``keys``: preset -> key).
@@ -146,7 +153,26 @@ class PromptRenderer:
                 prompt.id, None, RowError(prompt.row, prompt.id, e.field or "row", e.message), counts
             )
 
+    def _retried(self, fn: Callable[[], _T], what: str, stop: threading.Event) -> _T:
+        """``fn()``, retried while the store fails, up to the window (:attr:`retry`). Raises _Stopped
+        when ``stop`` was set while it waited, StorageError when the store failed for the window."""
+        if self.retry is None:
+            return fn()
+        try:
+            return retry_call(fn, self.retry, what=what, wait=stop.wait)
+        except StoreGaveUp:
+            if stop.is_set():
+                raise _Stopped(what) from None
+            raise
+
     def _synthesize(self, request: SynthesisRequest, stop: threading.Event) -> tuple[np.ndarray, Any]:
+        """The prompt's audio; a store failure on the way (a registered voice not yet loaded, a
+        cached render read) renders it again from the start once the store answers."""
+        return self._retried(
+            lambda: self._synthesize_once(request, stop), f"synthesize {request.request_id}", stop
+        )
+
+    def _synthesize_once(self, request: SynthesisRequest, stop: threading.Event) -> tuple[np.ndarray, Any]:
         # unmarked (the cache entry too): the files are marked after post-processing (_render)
         stream = self.service.synthesize(
             request, store=False, entry="prerender", watermark=False, realtime=False
@@ -221,7 +247,7 @@ class PromptRenderer:
             if verdict.passed or not gate.enabled:
                 if stop.is_set():
                     raise _Stopped(prompt.id)
-                return self._store(prompt, request, h, keys, files, facts, quality, result, counts)
+                return self._store(prompt, request, h, keys, files, facts, quality, result, counts, stop)
             tried.append({"attempt": attempt, "seed": request.sampling.seed, "failed": verdict.failed})
             log.info(
                 "library %s: prompt %s attempt %d failed: %s",
@@ -244,6 +270,15 @@ class PromptRenderer:
         """The start of a prompt's manifest entry: id, row, its fields (``used`` overriding), model."""
         return {"id": prompt.id, "row": prompt.row, **prompt.fields, **used, "model": self.model}
 
+    def _put(
+        self, key: str, data: bytes, content_type: str, meta: dict[str, str], stop: threading.Event
+    ) -> None:
+        """Store one file (retried, see :meth:`_retried`)."""
+        store = self.service.store
+        self._retried(
+            lambda: store.put_bytes(key, data, content_type=content_type, metadata=meta), f"put {key}", stop
+        )
+
     def _store(
         self,
         prompt: Prompt,
@@ -255,6 +290,7 @@ class PromptRenderer:
         quality: dict[str, Any],
         result: Any,
         counts: dict[str, int],
+        stop: threading.Event,
     ) -> dict[str, Any]:
         objects = {}
         for preset in self.presets:
@@ -265,9 +301,7 @@ class PromptRenderer:
                 "prompt-id": prompt.id,
                 "preset": preset.name,
             }
-            self.service.store.put_bytes(
-                keys[preset.name], data, content_type=preset.content_type, metadata=meta
-            )
+            self._put(keys[preset.name], data, preset.content_type, meta, stop)
             objects[preset.name] = {
                 "key": keys[preset.name],
                 "bytes": len(data),

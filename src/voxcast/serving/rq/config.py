@@ -82,6 +82,11 @@ DEFAULT_FOLLOW_IDLE_TIMEOUT_S = 120.0
 DEFAULT_REDIS_RETRIES = 20
 """Retries of a Redis command on connection errors (jittered backoff up to 1 s: ~10-15 s outage)."""
 
+DEFAULT_STORAGE_RETRY_S = 60.0
+"""How long a prompt library's store calls (its files, the manifest, the reads before them) are
+retried with backoff after their first failure, so an outage of the object store of up to about a
+minute is waited out (:mod:`voxcast.storage.retry`); past it the library ends with ``storage_error``."""
+
 
 _int = env_int
 _float = env_float
@@ -104,6 +109,7 @@ class QueueConfig:
             ``VOXCAST_JOB_HEARTBEAT_INTERVAL_S``.
         cancel_ttl_s: ``VOXCAST_CANCEL_TTL_S``.
         redis_retries: ``VOXCAST_REDIS_RETRIES``.
+        storage_retry_s: ``VOXCAST_STORAGE_RETRY_S`` (0: a library's store calls are not retried).
         drain_s: ``VOXCAST_DRAIN_S``.
         follow_idle_timeout_s: ``VOXCAST_FOLLOW_IDLE_TIMEOUT_S`` (clients: ``enqueue --follow``, ``listen``).
     """
@@ -123,6 +129,7 @@ class QueueConfig:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     cancel_ttl_s: int = DEFAULT_CANCEL_TTL_S
     redis_retries: int = DEFAULT_REDIS_RETRIES
+    storage_retry_s: float = DEFAULT_STORAGE_RETRY_S
     drain_s: float = DEFAULT_DRAIN_S
     follow_idle_timeout_s: float = DEFAULT_FOLLOW_IDLE_TIMEOUT_S
 
@@ -139,6 +146,8 @@ class QueueConfig:
             raise ValueError("retries and redis retries must be >= 0, maintenance interval >= 1 s")
         if self.drain_s < 0:
             raise ValueError("VOXCAST_DRAIN_S must be >= 0")
+        if self.storage_retry_s < 0:
+            raise ValueError("VOXCAST_STORAGE_RETRY_S must be >= 0")
         if self.follow_idle_timeout_s <= 0:
             raise ValueError("VOXCAST_FOLLOW_IDLE_TIMEOUT_S must be > 0")
 
@@ -175,6 +184,7 @@ class QueueConfig:
             ),
             cancel_ttl_s=_int(env, "VOXCAST_CANCEL_TTL_S", DEFAULT_CANCEL_TTL_S),
             redis_retries=_int(env, "VOXCAST_REDIS_RETRIES", DEFAULT_REDIS_RETRIES),
+            storage_retry_s=_float(env, "VOXCAST_STORAGE_RETRY_S", DEFAULT_STORAGE_RETRY_S),
             drain_s=drain_seconds(env),
             follow_idle_timeout_s=_float(env, "VOXCAST_FOLLOW_IDLE_TIMEOUT_S", DEFAULT_FOLLOW_IDLE_TIMEOUT_S),
         )

@@ -17,6 +17,13 @@ second outcome of one prompt is never recorded. Progress is those counts (one ``
 the library job's cancel flag, which every chunk checks about four times a second (queued chunks end
 at once when they start; the final step still writes the manifest of what was done).
 
+Store calls (the plan's reads, every file, the manifest) are retried with backoff for
+``storage_retry_s`` (:mod:`voxcast.storage.retry`), so an outage of the object store shorter than
+that is waited out. A chunk that gives up on the store marks the run (``storage_error`` in its plan
+hash) and fails without RQ retries; later chunks render nothing while the store still fails; the final
+step then fails with ``{"code": "storage_error", "message", "summary"}`` in its meta (what the client
+shows), and a re-run renders the rest.
+
 Keys (expire after ``failure_ttl_s``; the final step shortens them to ``result_ttl_s``)::
 
     voxcast:prerender:<L>:plan       the PlanRecord (JSON) and the chunks' prompt ids
@@ -30,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +48,10 @@ from rq.group import Group
 from rq.job import Dependency, Job, JobStatus, Retry
 from rq.serializers import JSONSerializer
 
-from voxcast.errors import InvalidRequest, VoxcastError
+from voxcast.errors import InvalidRequest, StorageError, VoxcastError
 from voxcast.serving.drain import WorkerShutdown
 from voxcast.serving.rq.names import PRERENDER_CHUNK, PRERENDER_FINISH, cancel_key
+from voxcast.storage.retry import RetryingStore, RetryPolicy
 
 if TYPE_CHECKING:
     from voxcast.prerender.library import PrerenderJob
@@ -161,6 +170,38 @@ def _run_pending(client: redis.Redis, library_job: str) -> bool:
     return False
 
 
+# -- the store ---------------------------------------------------------------------------------------
+def _retry_policy(ctx: JobContext) -> RetryPolicy:
+    """Store calls of library jobs are retried for ``VOXCAST_STORAGE_RETRY_S`` (docs/queue.md, Faults)."""
+    return RetryPolicy(window_s=ctx.config.storage_retry_s)
+
+
+def _retrying_store(ctx: JobContext, stop: list[str]) -> RetryingStore:
+    """The worker's store, each call retried while it fails (:mod:`voxcast.storage.retry`); while it
+    waits, the job's lease is renewed, and the drain deadline (a reason in ``stop``) ends the wait
+    with :class:`WorkerShutdown` (a chunk or the final step is then retried on another worker)."""
+
+    def wait(seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if stop:
+                raise WorkerShutdown(stop[0])
+            ctx.renew_lease()
+            time.sleep(min(0.25, left))
+        return False
+
+    return RetryingStore(ctx.service.store, _retry_policy(ctx), wait=wait)
+
+
+def _fail_for_storage(job: Job, error: dict[str, Any]) -> None:
+    """Record ``error`` as the job's structured error, without RQ retries: the retry window is spent
+    (a retry at once would only spend another)."""
+    job.retries_left = 0
+    job.meta["error"] = error
+    with contextlib.suppress(redis.RedisError):
+        job.save_meta()
+
+
 # -- plan ----------------------------------------------------------------------------------------------
 def plan_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
     """The library job: plan the run and enqueue its chunks and final step (see the module docstring).
@@ -173,17 +214,20 @@ def plan_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
     from voxcast.prerender.plan import plan_library as plan
 
     spec = PrerenderJob.from_payload(payload)
-    manifest = read_manifest(ctx.service, spec)
-    lock = LibraryLock(ctx.redis, spec.library, job.id, ctx.config.failure_ttl_s)
-    lock.acquire()
-    try:
-        record, work = plan(ctx.service, spec, manifest)
-        chunks = chunk_work(work, spec.chunk_prompts or _default_chunk())
-        _save_plan(ctx, job.id, record, chunks)
-        _enqueue(ctx, job, spec, chunks)
-    except BaseException:
-        lock.release()
-        raise
+    stop: list[str] = []
+    store = _retrying_store(ctx, stop)
+    with ctx.track(stop.append):
+        manifest = read_manifest(ctx.service, spec, store=store)
+        lock = LibraryLock(ctx.redis, spec.library, job.id, ctx.config.failure_ttl_s)
+        lock.acquire()
+        try:
+            record, work = plan(ctx.service, spec, manifest, store=store)
+            chunks = chunk_work(work, spec.chunk_prompts or _default_chunk())
+            _save_plan(ctx, job.id, record, chunks)
+            _enqueue(ctx, job, spec, chunks)
+        except BaseException:
+            lock.release()
+            raise
     log.info(
         "library %s: %d prompts, %d skipped, %d to render in %d chunks (job %s)",
         spec.library, len(record.order), len(record.skipped), len(work), len(chunks), job.id,
@@ -267,6 +311,8 @@ def render_chunk(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
     spec = PrerenderJob.from_payload(payload["spec"])
     if ctx.redis.exists(cancel_key(lib)):
         return {"chunk": payload.get("index"), "rendered": 0, "status": "cancelled"}
+    if _store_still_down(ctx, lib, spec.library):
+        return {"chunk": payload.get("index"), "rendered": 0, "status": "storage_error"}
     work = work_for(ctx.service, spec, [prompt_from_row(r) for r in payload["prompts"]])
     commit = _Committer(ctx.redis, lib, job.worker_name or "?")
     stop: list[str] = []
@@ -277,21 +323,48 @@ def render_chunk(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
         ctx.renew_lease()
         return bool(ctx.redis.exists(cancel_key(lib)))
 
-    with ctx.track(stop.append):
-        cancelled = render_prompts(
-            renderer_for(ctx.service, spec),
-            work,
-            in_flight=in_flight_for(ctx.service, spec),
-            commit=commit,
-            tick=tick,
-            done=commit.is_done,
-        )
+    try:
+        with ctx.track(stop.append):
+            cancelled = render_prompts(
+                renderer_for(ctx.service, spec, _retry_policy(ctx)),
+                work,
+                in_flight=in_flight_for(ctx.service, spec),
+                commit=commit,
+                tick=tick,
+                done=commit.is_done,
+            )
+    except StorageError as e:  # failed for the whole retry window: the run is marked, see _store_still_down
+        log.warning("library %s: chunk %s gave up on the store: %s", spec.library, job.id, e.message)
+        with contextlib.suppress(redis.RedisError):
+            ctx.redis.hset(_key(lib, "plan"), _STORAGE_FIELD, e.message)
+        _fail_for_storage(job, e.to_dict())
+        raise
     return {
         "chunk": payload.get("index"),
         "rendered": commit.committed,
         "status": "cancelled" if cancelled else "finished",
         "worker": job.worker_name,
     }
+
+
+_STORAGE_FIELD = "storage_error"
+"""Field of a run's plan hash: the store error a chunk gave up on (the run then ends ``storage_error``)."""
+
+
+def _store_still_down(ctx: JobContext, lib: str, library: str) -> bool:
+    """Whether an earlier chunk of this run gave up on the store and the store still fails (one call,
+    not retried): then this chunk renders nothing (it would only wait out its own window and lose
+    the audio); its prompts are left for the next run."""
+    if not ctx.redis.hexists(_key(lib, "plan"), _STORAGE_FIELD):
+        return False
+    from voxcast.prerender.identity import library_prefix
+
+    try:
+        ctx.service.store.head(library_prefix(library) + "manifest.json")
+    except StorageError as e:
+        log.warning("library %s: the store still fails (%s); chunk not rendered", library, e.message)
+        return True
+    return False
 
 
 class _Committer:
@@ -321,9 +394,19 @@ class _Committer:
 
 # -- final step ----------------------------------------------------------------------------------------
 def finish_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
-    """The final step: write manifest.json from every committed outcome, free the lock, summarise."""
+    """The final step: write manifest.json from every committed outcome, free the lock, summarise.
+
+    Its store calls are retried like the chunks'. The library ends ``storage_error`` when the
+    manifest could not be written, or when a chunk gave up on the store (its prompts are then not
+    rendered; the manifest of what was done is still written if the store answers): the job fails
+    with the structured error ``{"code": "storage_error", "message", "summary"}`` (the summary as a
+    finished library's, ``status: storage_error``), and a re-run renders the rest.
+
+    Raises:
+        StorageError: the library ended ``storage_error`` (above).
+    """
     from voxcast.prerender.library import PrerenderJob
-    from voxcast.prerender.plan import PlanRecord, assemble
+    from voxcast.prerender.plan import ManifestNotWritten, PlanRecord, assemble
     from voxcast.prerender.render import Outcome
 
     lib = str(payload["library_job"])
@@ -333,6 +416,7 @@ def finish_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
         raise VoxcastError(f"the plan of library job {lib} is gone (expired or flushed)")
     record = PlanRecord.from_json(raw[b"record"])
     chunks: list[list[str]] = json.loads(raw[b"chunks"])
+    gave_up = _text(raw[_STORAGE_FIELD.encode()]) if _STORAGE_FIELD.encode() in raw else None
     outcomes = {
         _text(k): Outcome.from_dict(json.loads(v))
         for k, v in ctx.redis.hgetall(_key(lib, "outcomes")).items()
@@ -340,14 +424,21 @@ def finish_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
     cancelled = bool(ctx.redis.exists(cancel_key(lib)))
     lost = {} if cancelled else _lost(ctx.redis, lib, chunks, outcomes)
     shares = {k[len("worker:") :]: v for k, v in _counts(ctx.redis, lib).items() if k.startswith("worker:")}
-    summary = assemble(
-        ctx.service.store,
-        record,
-        outcomes,
-        lost=lost,
-        status="cancelled" if cancelled else "finished",
-        extra={"job_id": lib, "chunks": len(chunks), "workers": shares},
-    )
+    status = "cancelled" if cancelled else "storage_error" if gave_up else "finished"
+    stop: list[str] = []
+    failure: ManifestNotWritten | None = None
+    with ctx.track(stop.append):
+        try:
+            summary = assemble(
+                _retrying_store(ctx, stop),
+                record,
+                outcomes,
+                lost=lost,
+                status=status,
+                extra={"job_id": lib, "chunks": len(chunks), "workers": shares},
+            )
+        except ManifestNotWritten as e:
+            failure, summary = e, {**e.summary, "status": "storage_error"}
     LibraryLock(ctx.redis, spec.library, lib, ctx.config.failure_ttl_s).release()
     with ctx.redis.pipeline() as p:
         p.delete(_key(lib, "outcomes"))
@@ -355,17 +446,31 @@ def finish_library(ctx: JobContext, job: Job, payload: Any) -> dict[str, Any]:
             p.expire(_key(lib, part), ctx.config.result_ttl_s)
         p.execute()
     log.info(
-        "library %s: %s, %d rendered, %d skipped, %d failed in %.1f s over %d workers",
+        "library %s: %s, %d rendered, %d skipped, %d failed, %d not rendered in %.1f s over %d workers",
         spec.library, summary["status"], summary["rendered"], summary["skipped"], summary["failed"],
-        summary["elapsed_s"], len(shares),
+        summary["not_rendered"], summary["elapsed_s"], len(shares),
     )  # fmt: skip
+    if failure is not None or gave_up is not None:
+        message = _storage_message(summary, failure.message if failure is not None else gave_up)
+        _fail_for_storage(job, {"code": StorageError.code, "message": message, "summary": summary})
+        raise StorageError(message) from failure
     return summary
+
+
+def _storage_message(summary: Mapping[str, Any], cause: str | None) -> str:
+    done = "the manifest was written" if summary["manifest_written"] else "manifest.json was not written"
+    return (
+        f"the store failed for longer than the retry window: {cause}; {summary['rendered']} prompts "
+        f"rendered, {summary['not_rendered']} not rendered, {done}; run the library again once the "
+        "store answers"
+    )
 
 
 def _lost(
     client: redis.Redis, lib: str, chunks: list[list[str]], outcomes: Mapping[str, Outcome]
 ) -> dict[str, str]:
-    """Prompts of chunks that ended without committing them, with the reason."""
+    """Prompts of chunks that ended without committing them, with the reason (not those of a chunk
+    that ended for the store: they are not rendered, not failed)."""
     lost: dict[str, str] = {}
     for i, ids in enumerate(chunks):
         missing = [pid for pid in ids if pid not in outcomes]
@@ -373,13 +478,25 @@ def _lost(
             continue
         jid = chunk_job_id(lib, i)
         try:
-            result = Job.fetch(jid, connection=client, serializer=JSONSerializer).latest_result()
+            chunk = Job.fetch(jid, connection=client, serializer=JSONSerializer)
+            result = chunk.latest_result()
             exc = (result.exc_string or "").strip().splitlines()[-1:] if result is not None else []
         except NoSuchJobError:
-            exc = []
+            chunk, result, exc = None, None, []
+        if chunk is not None and _ended_for_storage(chunk, result):
+            continue
         why = f"chunk job {jid} failed: {exc[0] if exc else 'no result'}"
         lost.update(dict.fromkeys(missing, why))
     return lost
+
+
+def _ended_for_storage(chunk: Job, result: Any) -> bool:
+    """A chunk that gave up on the store, or that did not render because the store was still down."""
+    error = chunk.meta.get("error")
+    if isinstance(error, Mapping) and error.get("code") == StorageError.code:
+        return True
+    value = getattr(result, "return_value", None)
+    return isinstance(value, Mapping) and value.get("status") == StorageError.code
 
 
 def _counts(client: redis.Redis, lib: str) -> dict[str, int]:
