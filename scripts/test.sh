@@ -12,7 +12,8 @@ if ! command -v redis-server >/dev/null 2>&1; then
     fi
 fi
 
-python -m pip install -q --disable-pip-version-check torch==2.13.0 -e ".[serve,test,parity,pipecat,watermark]"
+# The livekit extra brings livekit-agents (pinned there) for the LiveKit TTS's tests.
+python -m pip install -q --disable-pip-version-check torch==2.13.0 -e ".[serve,test,parity,pipecat,livekit,watermark]"
 # The official packages, for the parity tests only (see the parity extra in pyproject.toml), and
 # pipecat-ai for the Pipecat service's tests (see the pipecat extra).
 python -m pip install -q --disable-pip-version-check --no-deps qwen-tts==0.1.1 chatterbox-tts==0.1.7 pipecat-ai==1.14.0 s3tokenizer==0.3.0 torchaudio==2.6.0 diffusers==0.29.0 conformer==0.3.2

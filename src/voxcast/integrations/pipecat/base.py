@@ -13,23 +13,9 @@ from pipecat.services.tts_service import TTSService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven
 
+from voxcast.integrations.client import SAMPLE_RATES, error_text, language_name
+
 __all__ = ["SAMPLE_RATES", "VoxcastService", "VoxcastTTSSettings", "error_text"]
-
-#: Output rates the server produces (it resamples from the model's 24 kHz).
-SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
-
-_LANGUAGES = {
-    "en": "english",
-    "zh": "chinese",
-    "de": "german",
-    "es": "spanish",
-    "fr": "french",
-    "it": "italian",
-    "ja": "japanese",
-    "ko": "korean",
-    "pt": "portuguese",
-    "ru": "russian",
-}
 
 
 @dataclass
@@ -49,16 +35,6 @@ def _settings_store(settings: VoxcastTTSSettings | None) -> VoxcastTTSSettings:
     if settings is not None:
         store.apply_update(settings)
     return store
-
-
-def error_text(error: Mapping[str, Any]) -> str:
-    """An OpenAI-style error object as one line naming its field (once: the server's messages
-    often start with it already)."""
-    message = str(error.get("message"))
-    param = error.get("param")
-    if not param or message.startswith(f"{param}:"):
-        return message
-    return f"{param}: {message}"
 
 
 @dataclass
@@ -95,7 +71,7 @@ class VoxcastService(TTSService):
 
     def language_to_service_language(self, language: Language) -> str | None:
         """Pipecat's language codes -> voxcast's names (``en-US`` -> ``english``); others: ``auto``."""
-        return _LANGUAGES.get(str(Language(language).value).split("-")[0].lower(), "auto")
+        return language_name(str(Language(language).value))
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)

@@ -13,6 +13,7 @@ from typing import Any
 from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame, TTSStoppedFrame
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 
+from voxcast.integrations.client import unspaced as is_unspaced
 from voxcast.integrations.pipecat.base import VoxcastService, VoxcastTTSSettings, error_text
 
 __all__ = ["VoxcastWebsocketTTSService"]
@@ -21,11 +22,6 @@ log = logging.getLogger(__name__)
 
 _KEEPALIVE_S = 1.0
 """How often the contexts of turns still due are kept open (Pipecat ends a quiet one after 3 s)."""
-
-
-def _unspaced(word: str) -> bool:
-    """Whether ``word`` is of a script written without spaces (CJK: one character a word)."""
-    return bool(word) and ord(word[0]) >= 0x2E80
 
 
 @dataclass
@@ -361,7 +357,7 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
             return
         ctx, offset_s = at
         for w in words:  # CJK words are joined without a space in the context, the others with one
-            unspaced = True if _unspaced(w["word"]) else None
+            unspaced = True if is_unspaced(w["word"]) else None
             t = offset_s + w["start_ms"] / 1000.0
             await self.add_word_timestamps([(w["word"], t)], ctx, includes_inter_frame_spaces=unspaced)
 
