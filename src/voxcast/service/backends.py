@@ -19,6 +19,7 @@ from voxcast.errors import StorageError
 from voxcast.service.stream import ServiceStream, SynthesisResult
 from voxcast.storage.base import BlobStore
 from voxcast.storage.guard import StoreGuard
+from voxcast.storage.pending import PendingWrites
 from voxcast.watermark.perth import PerthWatermarker
 
 __all__ = ["Backends"]
@@ -35,6 +36,7 @@ class Backends:
         guard: deadlines and circuit breaker of the store calls on the request's path.
         watermarker: marks stored renders, or None.
         url_expires_s: lifetime of the presigned URL of a stored file.
+        pending: where a file the store failed is kept to be written later, or None.
     """
 
     engine: Engine
@@ -43,6 +45,7 @@ class Backends:
     guard: StoreGuard
     watermarker: PerthWatermarker | None
     url_expires_s: int
+    pending: PendingWrites | None = None
 
     def result(
         self,

@@ -15,6 +15,7 @@ from voxcast.engine.config import EngineConfig
 from voxcast.envvars import env_bool, env_float, env_int
 from voxcast.storage.config import StorageConfig
 from voxcast.storage.guard import GuardSettings
+from voxcast.storage.pending import PendingSettings
 from voxcast.voices.aliases import parse_aliases, parse_voice_name
 from voxcast.watermark import check_watermark, watermark_from_env
 
@@ -40,6 +41,9 @@ class ServiceConfig:
             and the lookup counts as a miss), ``VOXCAST_STORE_WRITE_S`` (10: then the final message
             reports the write unconfirmed), ``VOXCAST_STORE_BREAKER_FAILURES`` (3 in a row open it),
             ``VOXCAST_STORE_BREAKER_COOLDOWN_S`` (30 s skipped, then one probe).
+        store_pending: a render or cache fill the store failed is kept in memory and written once
+            it answers (:mod:`voxcast.storage.pending`): at most ``VOXCAST_STORE_PENDING_MB`` (64;
+            0: none kept), each tried for ``VOXCAST_STORE_PENDING_S`` (600).
         watermark: the watermark on stored renders (``VOXCAST_WATERMARK``: ``off``, the default, or
             ``perth``; :mod:`voxcast.watermark`): the stored copy and a file returned whole are
             marked, live streams are not (a cache hit streams the stored, marked copy).
@@ -59,6 +63,7 @@ class ServiceConfig:
     store_audio: bool = True
     url_expires_s: int = 3600
     store_guard: GuardSettings = field(default_factory=GuardSettings)
+    store_pending: PendingSettings = field(default_factory=PendingSettings)
     watermark: str = "off"
     watermark_model: str | None = None
     voice_aliases: Mapping[str, str] = field(default_factory=dict)
@@ -83,6 +88,10 @@ class ServiceConfig:
                 write_s=env_float(env, "VOXCAST_STORE_WRITE_S", 10.0, positive=True),
                 failures=env_int(env, "VOXCAST_STORE_BREAKER_FAILURES", 3, positive=True),
                 cooldown_s=env_float(env, "VOXCAST_STORE_BREAKER_COOLDOWN_S", 30.0, lo=0.0),
+            ),
+            store_pending=PendingSettings(
+                max_bytes=int(env_float(env, "VOXCAST_STORE_PENDING_MB", 64.0, lo=0.0) * 2**20),
+                max_age_s=env_float(env, "VOXCAST_STORE_PENDING_S", 600.0, positive=True),
             ),
             watermark=watermark,
             watermark_model=watermark_model,

@@ -5,7 +5,8 @@ at once. Once the stream has ended, the complete file is assembled (from the str
 audio marked with the service's watermark and encoded alike) and, within the store guard's write
 deadline, fills the cache (a deterministic request) or is stored under ``renders/`` (``store``), so
 the first chunk is never delayed by storage. Storage failures never fail a synthesis: they are
-reported in ``result.cache_error``.
+reported in ``result.cache_error``, and the file is kept in memory and written once the store answers
+again (:mod:`voxcast.storage.pending`, bounded in bytes and time).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -198,7 +199,7 @@ class _Render:
     def _persist(self, data: bytes, audio_s: float) -> tuple[str | None, str | None]:
         """Fill the cache (deterministic requests) or store the rendering (``audio_s`` long), within
         the store guard's write deadline; returns ``(key, None)`` or ``(None, error)``, never raises
-        StorageError."""
+        StorageError. A write that failed (now, or after its deadline) is kept to be made later."""
         s, timing = self.s, self.timing
         meta = {
             "duration_s": f"{audio_s:.3f}",
@@ -208,15 +209,31 @@ class _Render:
         }
         if "watermark" in timing.extra:  # a cache hit reports it from here
             meta["watermark"] = str(timing.extra["watermark"])
+
+        def write() -> str:
+            return self._write(data, meta)
+
         try:
-            return self.b.guard.write(lambda: self._write(data, meta)), None
+            return self.b.guard.write(
+                write, on_late_error=lambda _: self._keep_for_later(write, len(data))
+            ), None
         except StoreTimeout as e:
             log.warning("request %s: storing the audio is not confirmed: %s", s.request_id, e)
             return None, f"{e}; the write goes on in the background"
         except StorageError as e:
             if not isinstance(e, StoreSkipped):
                 log.warning("request %s: storing the audio failed: %s", s.request_id, e)
+            if self._keep_for_later(write, len(data)):
+                return None, f"{e}; the file is kept and stored when the store answers"
             return None, str(e)
+
+    def _keep_for_later(self, write: Callable[[], str], nbytes: int) -> bool:
+        """Keep a failed write of this request's file to make it again later (:mod:`voxcast.storage.pending`)."""
+        if self.b.pending is None:
+            return False
+        fills_cache = self.key is not None and not self.timing.runaway
+        what = f"request {self.s.request_id}: " + ("cache fill" if fills_cache else "render")
+        return self.b.pending.add(what, nbytes, write)
 
     def _write(self, data: bytes, meta: dict[str, str]) -> str:
         """Fill the cache or store the render; returns the object's key. Raises StorageError."""

@@ -35,6 +35,7 @@ from voxcast.startup import Startup, process_start_unix
 from voxcast.storage.base import BlobStore
 from voxcast.storage.factory import open_store
 from voxcast.storage.guard import StoreGuard
+from voxcast.storage.pending import PendingWrites
 from voxcast.voices import VoiceRegistry
 from voxcast.voices.defaults import effective_aliases
 from voxcast.voices.registry import VoiceLabel
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 #: How long ``Service.close`` waits for voices still being written to the store.
 _CLOSE_WRITES_S = 30.0
+
+#: How long ``Service.close`` gives the renders kept after a store failure (one more try each).
+_CLOSE_PENDING_S = 10.0
 
 
 def _startup(t_begin: float, engine: Engine) -> Startup:
@@ -88,6 +92,8 @@ class Service:
         self.voices = voices
         self.cache = cache
         self.store_guard = StoreGuard(config.store_guard, inline=not store.remote)
+        #: Renders and cache fills the store failed, written once it answers again.
+        self.pending_writes = PendingWrites(config.store_pending, on_written=self.store_guard.answered)
         #: Marks stored renders (``config.watermark``; loaded here unless given), or None.
         self.watermarker = watermarker or load_watermarker(config.watermark, config.watermark_model)
         #: Every alias this service answers (lower case): OpenAI's names for the model's speakers
@@ -156,6 +162,7 @@ class Service:
         self.store_guard.close()
         self.engine.close()
         self.voices.close(timeout=_CLOSE_WRITES_S)  # voices still being written reach the store first
+        self.pending_writes.close(_CLOSE_PENDING_S)
         self.store.close()
 
     # -- voices ---------------------------------------------------------------------------------
@@ -299,7 +306,13 @@ class Service:
         if speaker is not None and speaker != req.voice:  # an alias or the default: the engine speaks it
             req = s.request = req.model_copy(update={"voice": speaker})
         b = Backends(
-            self.engine, self.store, self.cache, self.store_guard, self.watermarker, self.config.url_expires_s
+            self.engine,
+            self.store,
+            self.cache,
+            self.store_guard,
+            self.watermarker,
+            self.config.url_expires_s,
+            self.pending_writes,
         )
         key = None
         if s.feed is None and req.cache and b.cache.cacheable(req):

@@ -85,13 +85,19 @@ class StoreGuard:
 
     # -- calls ----------------------------------------------------------------------------------
     def call(
-        self, fn: Callable[[], T], deadline_s: float, *, on_late: Callable[[T], None] | None = None
+        self,
+        fn: Callable[[], T],
+        deadline_s: float,
+        *,
+        on_late: Callable[[T], None] | None = None,
+        on_late_error: Callable[[StorageError], object] | None = None,
     ) -> T:
         """``fn()`` within ``deadline_s``.
 
         Raises:
             StoreSkipped: the breaker is open. StoreTimeout: no answer in time (``fn`` goes on; its
-            late result is passed to ``on_late``). StorageError: ``fn`` raised it.
+            late result is passed to ``on_late``, or its late StorageError to ``on_late_error``).
+            StorageError: ``fn`` raised it.
         """
         self._admit()
         if self._inline:
@@ -107,7 +113,7 @@ class StoreGuard:
             result = future.result(timeout=deadline_s)
         except FutureTimeout:
             self._failed("timeout")
-            future.add_done_callback(lambda f: self._late(f, on_late))
+            future.add_done_callback(lambda f: self._late(f, on_late, on_late_error))
             raise StoreTimeout(f"the store did not answer within {deadline_s * 1000:.0f} ms") from None
         except StorageError:
             self._failed("error")
@@ -118,8 +124,10 @@ class StoreGuard:
     def lookup(self, fn: Callable[[], T], *, on_late: Callable[[T], None] | None = None) -> T:
         return self.call(fn, self.settings.lookup_s, on_late=on_late)
 
-    def write(self, fn: Callable[[], T]) -> T:
-        return self.call(fn, self.settings.write_s)
+    def write(
+        self, fn: Callable[[], T], *, on_late_error: Callable[[StorageError], object] | None = None
+    ) -> T:
+        return self.call(fn, self.settings.write_s, on_late_error=on_late_error)
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -141,6 +149,11 @@ class StoreGuard:
             "timeouts": self.timeouts,
             "errors": self.errors,
         }
+
+    def answered(self) -> None:
+        """The store answered a call made outside the guard (a kept write made later): close the
+        breaker now rather than after its cooldown."""
+        self._succeeded()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -193,10 +206,18 @@ class StoreGuard:
             )
 
     @staticmethod
-    def _late(future: Future[Any], on_late: Callable[[Any], None] | None) -> None:
-        if on_late is None or future.cancelled() or future.exception() is not None:
+    def _late(
+        future: Future[Any],
+        on_late: Callable[[Any], None] | None,
+        on_late_error: Callable[[StorageError], object] | None,
+    ) -> None:
+        if future.cancelled():
             return
+        error = future.exception()
         try:
-            on_late(future.result())
+            if error is None and on_late is not None:
+                on_late(future.result())
+            elif isinstance(error, StorageError) and on_late_error is not None:
+                on_late_error(error)
         except Exception as e:  # a late callback must not kill the guard thread
             log.warning("store: handling a late answer failed: %s", e)
