@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from voxcast.engine.config import EngineConfig
 from voxcast.envvars import env_bool, env_float, env_int
+from voxcast.service.ref_audio_url import parse_hosts
 from voxcast.storage.config import StorageConfig
 from voxcast.storage.guard import GuardSettings
 from voxcast.storage.pending import PendingSettings
@@ -53,6 +54,8 @@ class ServiceConfig:
             :mod:`voxcast.voices.aliases`), keys in lower case; they replace OpenAI's names below.
         openai_voices: OpenAI's voice names (``alloy``, ``nova``, ...) are aliases of the model's
             speakers out of the box (``VOXCAST_OPENAI_VOICES``, on; :mod:`voxcast.voices.defaults`).
+        ref_audio_url_hosts: hosts a ``ref_audio`` URL may name (``VOXCAST_REF_AUDIO_URL_HOSTS``,
+            comma-separated; empty: no URL is fetched, :mod:`voxcast.service.ref_audio_url`).
         default_voice: the voice of a request that names none and brings no reference audio
             (``VOXCAST_DEFAULT_VOICE``: a speaker, alias or registered voice id; unset: ``alloy``'s
             speaker on a model with named speakers that clones no voices, else none).
@@ -69,6 +72,7 @@ class ServiceConfig:
     voice_aliases: Mapping[str, str] = field(default_factory=dict)
     openai_voices: bool = True
     default_voice: str | None = None
+    ref_audio_url_hosts: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         check_watermark(self.watermark)
@@ -98,4 +102,5 @@ class ServiceConfig:
             voice_aliases=parse_aliases(env.get("VOXCAST_VOICE_ALIASES")),
             openai_voices=env_bool(env, "VOXCAST_OPENAI_VOICES", True),
             default_voice=parse_voice_name(env.get("VOXCAST_DEFAULT_VOICE"), "VOXCAST_DEFAULT_VOICE"),
+            ref_audio_url_hosts=parse_hosts(env.get("VOXCAST_REF_AUDIO_URL_HOSTS")),
         )

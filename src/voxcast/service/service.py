@@ -30,7 +30,7 @@ from voxcast.service.cached import cache_key, from_cache, open_cached
 from voxcast.service.config import ServiceConfig
 from voxcast.service.rendered import from_engine
 from voxcast.service.stream import EncodedChunk, ServiceStream
-from voxcast.service.voice_resolution import default_voice, resolve_voice
+from voxcast.service.voice_resolution import check_task_type, default_voice, resolve_voice
 from voxcast.startup import Startup, process_start_unix
 from voxcast.storage.base import BlobStore
 from voxcast.storage.factory import open_store
@@ -264,6 +264,7 @@ class Service:
             VoiceNotFound, InvalidRequest: as the request would (field ``voice``); a storage error
                 is logged, not raised (the request reads the voice again when it starts).
         """
+        check_task_type(request, self.engine)
         if request.ref_audio is not None:
             return
         try:
@@ -274,6 +275,7 @@ class Service:
                 voices=self.voices,
                 aliases=self.voice_aliases,
                 default=self.default_voice(),
+                url_hosts=self.config.ref_audio_url_hosts,
             )
         except StorageError as e:  # the store is not answering now: the request tries again as it starts
             log.warning("voice %r not checked: %s", request.voice, e)
@@ -302,6 +304,7 @@ class Service:
             voices=self.voices,
             aliases=self.voice_aliases,
             default=self.default_voice(),
+            url_hosts=self.config.ref_audio_url_hosts,
         )
         if speaker is not None and speaker != req.voice:  # an alias or the default: the engine speaks it
             req = s.request = req.model_copy(update={"voice": speaker})
