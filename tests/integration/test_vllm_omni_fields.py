@@ -175,3 +175,47 @@ def test_the_cli_request_flag_takes_vllm_omni_fields(tiny_model_dir, tmp_path: P
         capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )  # fmt: skip
     assert bad.returncode == 2 and "task_type" in bad.stderr, bad.stderr
+
+
+def test_a_ref_audio_url_is_fetched_from_an_allowed_host(base_engine, tmp_path: Path) -> None:
+    """vLLM-Omni's ref_audio as a URL: fetched where VOXCAST_REF_AUDIO_URL_HOSTS names the host (a
+    local file server here), refused naming ref_audio elsewhere; the clone equals the inline one."""
+    import base64
+    import functools
+    import http.server
+    import threading
+
+    from tests.fixtures.engines import reference_wav
+    from voxcast.service import ServiceConfig
+    from voxcast.storage.local import LocalBlobStore
+
+    (tmp_path / "files").mkdir()
+    wav = reference_wav(24000, 3.0)
+    (tmp_path / "files" / "ref.wav").write_bytes(wav)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "files"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/ref.wav"
+    config = ServiceConfig(store_audio=False, ref_audio_url_hosts=frozenset({"127.0.0.1"}))
+    service = Service.assemble(config, base_engine, LocalBlobStore(tmp_path / "store", fsync=False))
+    try:
+        common = {
+            "text": "Hi.",
+            "ref_text": "A reference.",
+            "seed": 3,
+            "max_frames": 4,
+            "response_format": "pcm",
+        }
+        fetched = b"".join(
+            c.data for c in service.synthesize({**common, "ref_audio": url, "task_type": "Base"})
+        )
+        inline = b"".join(
+            c.data for c in service.synthesize({**common, "ref_audio": base64.b64encode(wav).decode()})
+        )
+        assert fetched and fetched == inline
+        with pytest.raises(InvalidRequest) as e:
+            list(service.synthesize({**common, "ref_audio": url.replace("127.0.0.1", "localhost")}))
+        assert e.value.field == "ref_audio" and "localhost" in e.value.message
+    finally:
+        service.close()
+        server.shutdown()
