@@ -55,3 +55,17 @@ def test_a_one_shot_run_fails_on_its_input_before_loading(tmp_path: Path, args: 
 def test_a_good_one_shot_job_goes_on_to_load(tmp_path: Path) -> None:
     proc = _handler(tmp_path, "--test_input", GOOD, "--audio_out", str(tmp_path / "x.wav"))
     assert proc.returncode == 1 and "start-up failed" in proc.stderr  # the missing model, after the checks
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_and_runpods_flags_and_runs_nothing(tmp_path: Path, flag: str) -> None:
+    """Before: ``python handler.py --help`` ran the default job (offline: a 119-line traceback)."""
+    (tmp_path / "test_input.json").write_text(json.dumps({"input": {"text": "Hello."}}))
+    run = _handler(tmp_path, flag)
+    assert run.returncode == 0, run.stderr
+    assert (
+        "VOXCAST_ENDPOINT_TYPE" in run.stdout
+        and "--rp_serve_api" in run.stdout
+        and "--test_input" in run.stdout
+    )
+    assert "Traceback" not in run.stderr and "no-such-model" not in run.stderr + run.stdout

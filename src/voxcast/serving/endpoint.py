@@ -28,8 +28,36 @@ def endpoint_type(env: Mapping[str, str]) -> str:
     return _TYPES[raw]
 
 
+USAGE = """\
+usage: python handler.py [RunPod's flags below]
+
+voxcast's RunPod entrypoint. VOXCAST_ENDPOINT_TYPE picks what runs: queue (default; the serverless
+handler of a queue endpoint) or http (the HTTP server of a load-balancing endpoint, on PORT with
+/ping on PORT_HEALTH). Every other setting is a VOXCAST_* variable (docs/configuration.md).
+
+Run in a shell (no RUNPOD_WEBHOOK_GET_JOB and no --rp_serve_api), it runs one job, from --test_input
+or test_input.json, through the real handler and exits 0 (done), 1 (failed) or 2 (bad input);
+--audio_out FILE writes its audio there. With --rp_serve_api it serves RunPod's local test API (every
+local run is job local-test, mirrored to Redis when VOXCAST_REDIS_URL is set). Docs: docs/deployment.md.
+"""
+
+
+def _print_help() -> None:
+    print(USAGE)
+    try:
+        from runpod.serverless import parser
+    except ImportError:  # a client-only install
+        print("(RunPod's own flags: install the serve extra to list them)")
+        return
+    print(parser.format_help())
+
+
 def main() -> int:
-    """Run the endpoint type the environment asks for; returns the exit code."""
+    """Run the endpoint type the environment asks for; returns the exit code (``--help``: the
+    usage, with RunPod's flags, and 0: nothing is loaded or run)."""
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        _print_help()
+        return 0
     try:
         kind = endpoint_type(os.environ)
     except ValueError as e:
