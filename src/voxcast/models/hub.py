@@ -11,7 +11,22 @@ from pathlib import Path
 
 from voxcast.errors import CheckpointError
 
-__all__ = ["resolve_checkpoint"]
+__all__ = ["not_a_checkpoint", "resolve_checkpoint"]
+
+
+def not_a_checkpoint(name_or_path: str | Path) -> str | None:
+    """Why ``name_or_path`` can name no checkpoint (a path that is missing or not a directory, and
+    not a hub id's ``owner/name``), or None: checked before anything loads, so a mistyped path is bad
+    input found in a second (the CLI's exit 2)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return None
+    if path.exists():
+        return f"{path} is not a directory"
+    name = str(name_or_path)
+    if name.count("/") != 1 or name.startswith(("/", ".", "~")):
+        return f"{name}: no such directory (and not a hub id like 'Qwen/Qwen3-TTS-...')"
+    return None
 
 
 def resolve_checkpoint(name_or_path: str | Path, *, local_files_only: bool | None = None) -> Path:
@@ -27,11 +42,10 @@ def resolve_checkpoint(name_or_path: str | Path, *, local_files_only: bool | Non
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
-    if path.exists():
-        raise CheckpointError(f"{path} is not a directory")
+    wrong = not_a_checkpoint(name_or_path)
+    if wrong is not None:
+        raise CheckpointError(wrong)
     name = str(name_or_path)
-    if name.count("/") != 1 or name.startswith(("/", ".", "~")):
-        raise CheckpointError(f"{name}: no such directory (and not a hub id like 'Qwen/Qwen3-TTS-...')")
     if local_files_only is None:
         local_files_only = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     try:

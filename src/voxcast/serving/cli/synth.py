@@ -226,6 +226,21 @@ def _request(args: argparse.Namespace, fmt: AudioFormat) -> dict[str, Any]:
     return req
 
 
+def _load(args: argparse.Namespace) -> Any:
+    """The service (torch and the model are imported here, once every argument has been checked);
+    a model that names no checkpoint is bad input (exit 2) before anything loads."""
+    from voxcast.models.hub import not_a_checkpoint
+
+    env = _env(args)
+    model = env.get("VOXCAST_MODEL")
+    wrong = not_a_checkpoint(model) if model else None
+    if wrong is not None:
+        raise CommandError(wrong, code=2)
+    from voxcast.service import Service, ServiceConfig
+
+    return Service.load(ServiceConfig.from_env(env))
+
+
 def _check_out(out: Path, ref_audio: Path | None) -> None:
     """Refuse, before anything loads, an output that cannot be written or that is an input.
 
@@ -248,7 +263,6 @@ def _check_out(out: Path, ref_audio: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from voxcast.audio.encode import stream_to_file
     from voxcast.engine.request import parse_request
-    from voxcast.service import Service, ServiceConfig
 
     if (args.text is None) == (not args.stdin):
         raise CommandError("give the text, or --stdin to read it as it arrives (not both)", code=2)
@@ -265,13 +279,13 @@ def run(args: argparse.Namespace) -> int:
         if args.out == "-" and fmt == AudioFormat.WAV:
             raise CommandError("--out - writes raw audio: use --format pcm, mulaw or alaw", code=2)
         parse_request({**_request(args, fmt), "text": "x"})  # bad arguments fail before loading
-        service = Service.load(ServiceConfig.from_env(_env(args)))
+        service = _load(args)
         try:
             return _speak_stdin(args, spec, service)
         finally:
             service.close()
     request = parse_request(_request(args, fmt))  # bad arguments fail before minutes of loading
-    service = Service.load(ServiceConfig.from_env(_env(args)))
+    service = _load(args)
     try:
         # the complete file as the service would store it (marked where VOXCAST_WATERMARK is on)
         stream = service.synthesize(request, store=False, entry="cli", keep_file=True)
