@@ -177,3 +177,28 @@ def test_synth_checks_arguments_paths_and_the_model_before_importing_torch(
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
     assert says in run.stderr and "Traceback" not in run.stderr and "torch" not in run.stderr
+
+
+def test_serve_with_a_missing_model_or_a_taken_port_is_one_line_before_binding(tmp_path: Path) -> None:
+    """Before: a missing model printed a 32-126-line traceback ending ``Uvicorn running on ...`` and
+    exited 1; a port in use logged "listening on ..." and exited 3 (prerender's code)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    port = free_port()
+    cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "serve", "--port", str(port)]
+    for model in (str(tmp_path / "no-such-model"), "Qwen/Not-In-The-Cache"):
+        run = subprocess.run([*cmd, "--model", model], capture_output=True, text=True, env=env, timeout=120)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: model: "), run.stderr
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        run = subprocess.run(
+            [*cmd, "--model", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+        )
+    assert run.returncode == 4, run.stderr
+    assert (
+        run.stderr
+        == f"error: port {port} on 127.0.0.1 is already in use (another server?): choose another with --port / VOXCAST_PORT\n"
+    )

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,7 @@ from typing import Any
 
 import uvicorn
 
+from voxcast.serving.cli.errors import CommandError
 from voxcast.serving.drain import Drain, drain_seconds
 from voxcast.serving.exit import die, ends_process
 from voxcast.serving.http.config import HttpConfig
@@ -69,6 +72,7 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
     env = os.environ if env is None else env
     http = HttpConfig.from_env(env) if http is None else http
     service_config = ServiceConfig.from_env(env)
+    _check_before_binding(service_config.engine.model, http)
     drain_s = drain_seconds(env)
     holder = ServiceHolder()
     app = create_app(holder, http)
@@ -128,6 +132,53 @@ def serve(env: Mapping[str, str] | None = None, *, http: HttpConfig | None = Non
         log.info("voxcast serve: stopped; closing the service")
         holder.service.close()
     return 0
+
+
+PORT_IN_USE_EXIT = 4
+"""``voxcast serve``'s exit code when its port is taken by another process (README: exit codes)."""
+
+
+def _check_before_binding(model: str, http: HttpConfig) -> None:
+    """Fail in a second, with one line, before the port is bound and the model loads in the background:
+    a model that names no checkpoint (a missing path; offline, a hub id not in the cache) is bad input
+    (exit 2); a port another process holds exits :data:`PORT_IN_USE_EXIT`.
+
+    Raises:
+        CommandError: with the exit code and the line.
+    """
+    from voxcast.errors import CheckpointError
+    from voxcast.models.hub import not_a_checkpoint, resolve_checkpoint
+
+    wrong = not_a_checkpoint(model)
+    if wrong is None and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        try:
+            resolve_checkpoint(model, local_files_only=True)
+        except CheckpointError as e:
+            wrong = e.message
+    if wrong is not None:
+        raise CommandError(f"model: {wrong}", code=2)
+    ports = [http.port] + ([http.health_port] if http.separate_health_port and http.health_port else [])
+    for port in ports:
+        if port and not _free(http.host, port):
+            raise CommandError(
+                f"port {port} on {http.host} is already in use (another server?): choose another with "
+                "--port / VOXCAST_PORT",
+                code=PORT_IN_USE_EXIT,
+            )
+
+
+def _free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound now (a listening server holds it; TIME_WAIT does not)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return False
+            raise CommandError(f"cannot listen on {host}:{port}: {e.strerror}", code=2) from e
+    return True
 
 
 def _protocol(http: HttpConfig) -> type[asyncio.Protocol]:
