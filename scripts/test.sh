@@ -32,4 +32,5 @@ fi
 ruff check src tests scripts handler.py worker.py server.py
 ruff format --check src tests scripts handler.py worker.py server.py
 python -m mypy
+bash scripts/check_client_install.sh   # the client-only install, from a fresh venv (docs/queue.md)
 python -m pytest "${parallel[@]}" "$@"

@@ -56,3 +56,26 @@ def test_a_closed_standard_output_ends_the_command_quietly(redis_url: str, comma
     finally:
         os.close(write_end)
     assert proc.returncode == 141 and proc.stderr == ""
+
+
+def test_a_command_whose_packages_are_missing_is_listed_and_says_what_to_install() -> None:
+    """Before: with soundfile missing, enqueue, listen, status, cancel and workers vanished from
+    ``voxcast`` ("invalid choice"), the ImportError swallowed even at --log-level DEBUG."""
+    code = _NO_TORCH.replace(
+        'sys.modules["torch"] = None', 'sys.modules["torch"] = sys.modules["soundfile"] = None'
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, "enqueue", "Hello.", "--voice", "ryan"],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert (
+        "voxcast enqueue needs the package 'soundfile'" in run.stderr
+        and "requirements-client.txt" in run.stderr
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", code, "--help"], capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert all(c in listed.stdout for c in ("enqueue", "listen", "status", "cancel", "workers")), (
+        listed.stdout
+    )

@@ -7,7 +7,7 @@ from typing import Any
 
 from voxcast.errors import INPUT_ERROR_CODES, InvalidRequest, VoxcastError
 
-__all__ = ["CommandError", "describe", "exit_code_of", "with_field"]
+__all__ = ["INSTALL_HINT", "CommandError", "describe", "exit_code_of", "with_field"]
 
 
 class CommandError(Exception):
@@ -18,6 +18,12 @@ class CommandError(Exception):
         self.code = code
 
 
+INSTALL_HINT = (
+    "install voxcast with its dependencies (pip install -e '.[serve]' from a clone), or, for the queue "
+    "client commands alone, pip install -r requirements-client.txt (docs/queue.md)"
+)
+
+
 def describe(e: Exception) -> tuple[int, str]:
     """(exit code, one-line message) of an error that ended a command."""
     if isinstance(e, CommandError):
@@ -26,6 +32,8 @@ def describe(e: Exception) -> tuple[int, str]:
         return (2 if isinstance(e, InvalidRequest) else 1), with_field(e.field, e.message)
     if type(e).__module__.split(".")[0] == "redis":  # redis is an optional extra
         return 1, f"Redis: {type(e).__name__}: {e}"
+    if isinstance(e, ModuleNotFoundError) and e.name:  # a client-only install running a model command
+        return 1, f"this command needs the package {e.name!r}, not installed: {INSTALL_HINT}"
     if isinstance(e, FileNotFoundError):
         return 2, f"no such file: {e.filename}" if e.filename else str(e)
     if isinstance(e, (OSError, ValueError)):
