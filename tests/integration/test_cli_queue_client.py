@@ -44,7 +44,7 @@ def test_queue_commands_run_without_torch(redis_url: str) -> None:
     assert bad.returncode == 2 and "sample_rate" in bad.stderr
 
 
-@pytest.mark.parametrize("command", [["workers"], ["status", "nojob"]])
+@pytest.mark.parametrize("command", [["workers"], ["enqueue", "Hello.", "--voice", "ryan"]])
 def test_a_closed_standard_output_ends_the_command_quietly(redis_url: str, command: list[str]) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has gone before the first byte, as `| head -1` can have
@@ -79,3 +79,18 @@ def test_a_command_whose_packages_are_missing_is_listed_and_says_what_to_install
     assert all(c in listed.stdout for c in ("enqueue", "listen", "status", "cancel", "workers")), (
         listed.stdout
     )
+
+
+def test_status_of_no_such_job_and_a_bad_enqueue_out_are_one_error_line(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Before: ``status nosuchjob`` printed JSON (exit 1) where cancel and listen print an error line;
+    ``enqueue --out nodir/x.wav`` was checked only after Redis (unreachable: a Redis error instead)."""
+    status = _voxcast_without_torch("status", "nosuchjob", "--redis-url", redis_url)
+    assert (status.returncode, status.stdout) == (1, "")
+    assert status.stderr == "error: no such job 'nosuchjob' (unknown or expired)\n"
+    unreachable = "redis://127.0.0.1:1/0"
+    out = _voxcast_without_torch(
+        "enqueue", "Hi.", "--out", str(tmp_path / "nodir" / "x.wav"), "--redis-url", unreachable
+    )
+    assert out.returncode == 2 and '"field": "out"' in out.stderr, out.stderr

@@ -298,10 +298,14 @@ def _output(args: argparse.Namespace) -> OutputFile:
 
 
 def run_enqueue(args: argparse.Namespace) -> int:
+    try:
+        out = _output(args)  # a bad --out is refused before Redis is asked anything
+    except VoxcastError as e:
+        print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
+        return 2
     client = _client(args)
     try:
         t0 = time.time()
-        out = _output(args)
         submitted = client.submit(_request(args, out), queue=args.queue)
     except VoxcastError as e:
         print(json.dumps({"error": e.to_dict()}), file=sys.stderr)
@@ -453,8 +457,10 @@ def _playable_part(fmt: AudioFormat, sample_rate: int, capture: Any, *, raw: boo
 # -- status / cancel / voices ------------------------------------------------------------------------
 def run_status(args: argparse.Namespace) -> int:
     st = _client(args).status(args.job_id)
+    if st["status"] == "unknown":  # as cancel and listen say it
+        raise CommandError(f"no such job {args.job_id!r} (unknown or expired)")
     print(json.dumps(st, indent=2, default=str))
-    return 0 if st["status"] != "unknown" else 1
+    return 0
 
 
 def run_workers(args: argparse.Namespace) -> int:
