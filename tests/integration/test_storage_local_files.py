@@ -131,3 +131,17 @@ def test_export_command_on_the_local_store(tmp_path: Path, monkeypatch: pytest.M
     assert sf.info(str(tmp_path / "lib/pcm16k/hi.wav")).samplerate == 16000
     assert main(["export", "libraries/nope/", str(tmp_path / "x")]) == 2
     assert "nothing is stored under 'libraries/nope/'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["x.rar", "x.7z", "x.tar.bz2"])
+def test_export_to_an_archive_kind_it_cannot_write_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, name: str
+) -> None:
+    """Before: ``export ... x.rar`` silently made a folder named ``x.rar``."""
+    LocalBlobStore(tmp_path / "store", fsync=False).put_bytes(
+        "libraries/acme/a.wav", _wav(rate=16000, subtype="PCM_16")
+    )
+    monkeypatch.setenv("VOXCAST_STORAGE_DIR", str(tmp_path / "store"))
+    monkeypatch.delenv("VOXCAST_S3_BUCKET", raising=False)
+    assert main(["export", "libraries/acme/", str(tmp_path / name)]) == 2
+    assert f"cannot write '{name}'" in capsys.readouterr().err and not (tmp_path / name).exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parsers"]
+from voxcast.serving.cli.errors import CommandError
 
 
 def add_parsers(sub: Any) -> None:
@@ -29,7 +30,32 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=run_export)
 
 
+#: Archive names export cannot write: refused rather than made into a folder of that name.
+_OTHER_ARCHIVES = (
+    ".rar",
+    ".7z",
+    ".bz2",
+    ".xz",
+    ".gz",
+    ".zst",
+    ".tbz2",
+    ".txz",
+    ".lz",
+    ".lzma",
+    ".cab",
+    ".jar",
+)
+
+
 def run_export(args: argparse.Namespace) -> int:
+    name = args.dest.name.lower()
+    supported = name.endswith((".zip", ".tar", ".tar.gz", ".tgz"))
+    if not supported and name.endswith(_OTHER_ARCHIVES) and not args.dest.is_dir():
+        raise CommandError(
+            f"dest: cannot write {args.dest.name!r}: export writes a directory or a .zip, .tar, .tar.gz or "
+            ".tgz archive",
+            code=2,
+        )
     from voxcast.storage.config import StorageConfig
     from voxcast.storage.export import export_prefix
     from voxcast.storage.factory import open_store
