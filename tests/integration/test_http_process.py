@@ -286,7 +286,7 @@ def test_stalled_clients_leave_nothing_in_flight(tiny_model_dir: Factory, tmp_pa
     assert "Traceback" not in log and " ERROR " not in log
 
 
-def test_a_bad_model_exits_1(tiny_model_dir: Factory, tmp_path: Path) -> None:
+def test_a_bad_model_exits_2(tiny_model_dir: Factory, tmp_path: Path) -> None:
     env = _env(tiny_model_dir("custom_voice"), tmp_path)
     cmd = [sys.executable, "-m", "voxcast.serving.cli.main", "serve", "--port", str(free_port())]
     bad = subprocess.run(
@@ -296,4 +296,4 @@ def test_a_bad_model_exits_1(tiny_model_dir: Factory, tmp_path: Path) -> None:
         capture_output=True,
         timeout=60,
     )
-    assert bad.returncode == 1, bad.stderr[-2000:]
+    assert bad.returncode == 2, bad.stderr[-2000:]
