@@ -16,7 +16,13 @@
 # without/with torch.compile: the earlier baselines; compiled warm-up alone took 91 s on an H200), unload
 # (idle unload on CUDA), prerender (prompt-library throughput, 1 and 16 in flight), turboprof (Turbo's
 # streamed S3Gen + HiFT under torch.profiler), turbobatch (Turbo's flow windows of 4 and 8 streams, one
-# by one vs batched), turboload (Turbo under the load benchmark: issue 46's 12 streams).
+# by one vs batched), turboload (Turbo under the load benchmark: issue 46's 12 streams), tts_bench
+# (nari-labs' open serving benchmark, unmodified, against voxcast serve as its published reports ran it:
+# 1.7B CustomVoice, voice Ryan, English, 30 s warm-up, Poisson arrivals at 1/4/8/10/12/16/20 rps, each
+# measured TB_DURATION (30s: ~8 minutes; the reports measured 300s), target vllm-omni over HTTP
+# (TB_TARGETS="nari-ws" in another call: the WebSocket, one word every 10 ms); TB_CHECKPOINT names real
+# weights, without them random ones with each reply capped at 50 frames (load figures only); its tree and
+# wheels come from scripts/gpu_prepare.sh run with TTS_BENCH_DIR; docs/benchmarks.md says more).
 # Logs and JSON go to $OUT (default bench-results/gpu): copy them to docs/results/<gpu>/.
 # The device machine has no registry and no ../shared: wheels voxcast needs beyond its image travel in
 # .whl/ and the Qwen reference configs in .gpu/qwen3-tts-reference: scripts/gpu_prepare.sh puts them there.
@@ -27,6 +33,8 @@
 #     STEPS="tests turbo" TURBO_STATIC=0 bash scripts/gpu_check.sh
 #     DEVICE=cpu DTYPE=float32 QWEN_SIZE=tiny QWEN_LARGE=tiny TURBO_SIZE=tiny LOAD_DURATION_S=2 \
 #         STEPS="slots load load17 turbo turboload" bash scripts/gpu_check.sh   # the dry run
+#     DEVICE=cpu DTYPE=float32 QWEN_LARGE=tiny TB_RATES=1 TB_WARMUP=2s TB_DURATION=5s TTS_BENCH_DIR=... \
+#         TB_PYTHON=... STEPS=tts_bench bash scripts/gpu_check.sh              # its dry run (Python >= 3.12)
 set -u
 OUT=${OUT:-bench-results/gpu}
 mkdir -p "$OUT"
@@ -88,6 +96,31 @@ step_turbobatch() {
             --device "$DEVICE" --dtype "$DTYPE" --streams "$n" --out "$OUT/turbo-batch-windows-$n.json" 2>&1 \
             | tail -5 | tee -a "$OUT/turbo-batch-windows.log"
     done
+}
+step_tts_bench() {
+    local dir=${TTS_BENCH_DIR:-.gpu/nari-benchmarks} model=${TB_CHECKPOINT:-} params=${TB_PARAMS-}
+    if [ ! -d "$dir/tts_bench/src" ]; then
+        echo "tts_bench: skipped: no benchmark tree (TTS_BENCH_DIR, or .gpu/nari-benchmarks from gpu_prepare.sh)"
+        return 0
+    fi
+    if [ -d .whl/tts_bench ] && ls .whl/tts_bench/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tb-site \
+            .whl/tts_bench/*.whl && local site=/tmp/tb-site  # the harness's path only (its numpy)
+    fi
+    if [ -z "$model" ]; then  # no real weights here: random ones, each reply capped at 50 frames (4 s)
+        model=.cache/bench-models/$QWEN_LARGE-custom_voice  # the checkpoint the load17 step builds
+        [ -f "$model/config.json" ] || $PY -m voxcast.serving.cli.main make-test-model --kind custom_voice \
+            --size "$QWEN_LARGE" --out "$model"
+        params=${TB_PARAMS-max_frames=50}
+    fi
+    local dataset=${TB_DATASET:-}
+    [ -z "$dataset" ] && [ -f "$dir/tts_bench/datasets/seed-tts-eval.jsonl" ] && dataset=$dir/tts_bench/datasets/seed-tts-eval.jsonl
+    TB_PYTHONPATH=${site:-} TTS_BENCH_DIR=$dir TB_PYTHON=${TB_PYTHON:-$PY} VOXCAST_CMD="$PY -m voxcast.serving.cli.main" \
+        VOXCAST_MODEL=$model VOXCAST_DEVICE=$DEVICE VOXCAST_DTYPE=$DTYPE \
+        TB_MODEL_NAME=${TB_MODEL_NAME:-Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice} TB_PARAMS=$params TB_DATASET=$dataset \
+        TB_TARGETS=${TB_TARGETS:-vllm-omni} TB_RATES=${TB_RATES:-1 4 8 10 12 16 20} \
+        TB_WARMUP=${TB_WARMUP:-30s} TB_DURATION=${TB_DURATION:-30s} TB_OUT=$OUT/tts_bench TB_RESULTS=$OUT/tts_bench-results \
+        timeout "${TTS_BENCH_S:-580}" bash scripts/run_tts_bench.sh 2>&1 | tee "$OUT/tts_bench.log"
 }
 step_eager() {
     timeout "${EAGER_S:-80}" $PY scripts/bench_serving.py --size "$QWEN_SIZE" "${QWEN[@]}" \

@@ -5,7 +5,7 @@
 # reference configs (random full-size checkpoints need them) into .gpu/; both are git-ignored
 # through .git/info/exclude, so they travel only when the device call carries them:
 #
-#     bash scripts/gpu_prepare.sh          # here, once
+#     bash scripts/gpu_prepare.sh          # here, once (TTS_BENCH_DIR=<benchmark checkout> for its step)
 #     (device) bash scripts/gpu_check.sh   # carrying .whl and .gpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +22,24 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:
     lameenc==1.9.0
 ref=${VOXCAST_QWEN3_REFERENCE:-../shared/qwen3-tts-reference}
 mkdir -p .gpu && rm -rf .gpu/qwen3-tts-reference && cp -r "$ref" .gpu/qwen3-tts-reference
+# With TTS_BENCH_DIR (a checkout of nari-labs/benchmarks): a clean clone of it for gpu_check.sh's
+# tts_bench step (its run.json records the clone's revision) and the wheels it needs beyond the image,
+# at its uv.lock's versions (~25 MB, numpy included: gpu_check.sh puts them on the harness's path only)
+if [ -n "${TTS_BENCH_DIR:-}" ]; then
+    rm -rf .gpu/nari-benchmarks && git clone -q "$TTS_BENCH_DIR" .gpu/nari-benchmarks
+    pins=$(python3 - "$TTS_BENCH_DIR/tts_bench/uv.lock" <<'EOF'
+import sys, tomllib
+need = {"aiohttp", "aiohappyeyeballs", "aiosignal", "attrs", "frozenlist", "multidict", "propcache", "yarl",
+        "idna", "click", "jiwer", "rapidfuzz", "numpy", "whisper-normalizer", "regex", "more-itertools",
+        "indic-numtowords"}
+packages = tomllib.load(open(sys.argv[1], "rb"))["package"]
+print(" ".join(f"{p['name']}=={p['version']}" for p in packages if p["name"] in need))
+EOF
+)
+    rm -rf .whl/tts_bench
+    # shellcheck disable=SC2086  # one argument per pin
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl/tts_bench $pins
+fi
 du -sh .whl .gpu

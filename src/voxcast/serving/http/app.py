@@ -1,7 +1,8 @@
 """The ASGI application (FastAPI on Starlette, served by uvicorn): routes, auth, errors, readiness.
 
 Routes: ``POST /v1/audio/speech`` (OpenAI-compatible, :mod:`.streaming`), ``/v1/audio/voices``
-(:mod:`.voices`), ``/v1/audio/speech/stream`` (WebSocket, :mod:`.ws`), ``GET /v1/models``,
+(:mod:`.voices`), ``/v1/audio/speech/stream`` (WebSocket, :mod:`.ws`), ``/v1/audio/speech/ws`` (the
+``nari.speech.v1`` WebSocket, :mod:`.nari_ws`), ``GET /v1/models``,
 ``/metrics`` (Prometheus), and ``/ping`` / ``/health`` for load balancers (RunPod's
 load-balancing endpoints: 204 while the model loads and warms, 200 once ready). The service is held
 by a :class:`ServiceHolder`, which may load it in the background so the health routes answer at once.
@@ -35,6 +36,8 @@ from voxcast.serving.http.body import ClientDisconnected, read_json
 from voxcast.serving.http.config import HttpConfig
 from voxcast.serving.http.errors import HttpError, error_body, error_for
 from voxcast.serving.http.exposure import OriginGuard
+from voxcast.serving.http.nari_ws import NariSocket
+from voxcast.serving.http.nari_ws import subprotocol as nari_subprotocol
 from voxcast.serving.http.speech import speech_request
 from voxcast.serving.http.streaming import Counters, open_speech
 from voxcast.serving.http.voices import voice_routes
@@ -300,19 +303,33 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
             log.exception("speech request failed before its first audio")
             return _error_response(e)
 
-    @app.websocket("/v1/audio/speech/stream")
-    async def speech_socket(ws: WebSocket) -> None:
+    async def accepted(ws: WebSocket, subprotocol: str | None = None) -> Service | None:
+        """The service for a WebSocket, accepted; None once it was refused (and closed)."""
         if not authorized(ws.headers, ws.query_params):
             await ws.close(code=1008, reason="missing or wrong API key")
-            return
-        await ws.accept()
+            return None
+        await ws.accept(subprotocol=subprotocol)
         try:
-            service = holder.get()
+            return holder.get()
         except HttpError as e:
             await ws.send_json({"type": "error", **error_body(e.status, e.message, e.code)})
             await ws.close(*_unavailable_close(holder.state, e.message))
-            return
-        await SpeechSocket(ws, service, queue_chunks=config.queue_chunks, drain=holder.drain).run()
+            return None
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_socket(ws: WebSocket) -> None:
+        service = await accepted(ws)
+        if service is not None:
+            await SpeechSocket(ws, service, queue_chunks=config.queue_chunks, drain=holder.drain).run()
+
+    @app.websocket("/v1/audio/speech/ws")
+    async def nari_socket(ws: WebSocket) -> None:
+        service = await accepted(ws, nari_subprotocol(ws))
+        if service is not None:
+            socket = NariSocket(
+                ws, service, queue_chunks=config.queue_chunks, stall_s=config.stall_s, drain=holder.drain
+            )
+            await socket.run()
 
     v1.include_router(voice_routes(holder.get, config.max_body_bytes))
     app.include_router(v1)

@@ -74,8 +74,7 @@ from voxcast.errors import InvalidRequest, OverCapacity, VoxcastError
 from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
-from voxcast.serving.http.body import parse_json
-from voxcast.serving.http.errors import error_body, error_for
+from voxcast.serving.http.sockets import encode_event, error_event, is_unicode, receive_object, takes_text
 from voxcast.serving.pump import ThreadPump
 from voxcast.text.incremental import SentenceBuffer
 
@@ -173,32 +172,14 @@ class _Framer:
         self.rest = b""
 
 
-def _is_unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (JSON's ``\\ud800`` escapes decode to lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _err(e: BaseException) -> dict[str, Any]:
-    err = error_for(e)
-    out = {"type": "error", **error_body(err.status, err.message, err.code, err.field)}
-    if "Retry-After" in err.headers:  # over capacity: a socket has no headers, so the message says it
-        out["retry_after_s"] = int(err.headers["Retry-After"])
-    return out
-
-
 def _full(seg: _Segment, more: int) -> bool:
-    """Whether the utterance ``seg`` takes no more text: its stream ended (its ``max_frames``, end of
-    speech, a failure: text pushed now would never be spoken), it timed out waiting for text, or
-    ``more`` characters would make it longer than a request may be."""
+    """Whether the utterance ``seg`` takes no more text: its stream takes none
+    (:func:`~voxcast.serving.http.sockets.takes_text`), or ``more`` characters would make it longer
+    than a request may be."""
     stream = seg.stream
     if stream is None:
         return False
-    timed_out = stream.feed is not None and stream.feed.closed
-    return stream.ended or timed_out or seg.chars + more > MAX_TEXT_CHARS
+    return not takes_text(stream) or seg.chars + more > MAX_TEXT_CHARS
 
 
 class SpeechSocket:
@@ -238,7 +219,7 @@ class SpeechSocket:
             if isinstance(event, bytes):
                 await self.ws.send_bytes(event)
             else:
-                await self.ws.send_text(json.dumps(event, separators=(",", ":")))
+                await self.ws.send_text(encode_event(event))
 
     async def run(self) -> None:
         """Serve the connection until ``close`` (after the audio), a disconnect or a stall."""
@@ -263,18 +244,11 @@ class SpeechSocket:
     async def _receive(self) -> bool:
         """Handle client messages until ``close`` (True) or a disconnect (WebSocketDisconnect)."""
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(message.get("code", 1000))
-            raw = message.get("text")
             try:
-                msg = parse_json(raw, "the message", "message") if raw is not None else None
-                if not isinstance(msg, dict):
-                    raise InvalidRequest("a message must be a JSON object (text)", field="message")
-                if await self._handle(msg):
+                if await self._handle(await receive_object(self.ws)):
                     return True
             except VoxcastError as e:
-                await self.send(_err(e))
+                await self.send(error_event(e))
 
     async def _handle(self, msg: dict[str, Any]) -> bool:
         """Act on one message; True after ``close``."""
@@ -289,7 +263,7 @@ class SpeechSocket:
             text = msg.get("text")
             if not isinstance(text, str):
                 raise InvalidRequest("text must be a string", field="text")
-            if not _is_unicode(text):
+            if not is_unicode(text):
                 raise InvalidRequest("text contains invalid Unicode (a lone surrogate)", field="text")
             if self.config_refused:
                 return False  # not spoken in settings nobody asked for, nor an error per token
@@ -477,7 +451,7 @@ class SpeechSocket:
                 raise
             except Exception as e:  # reported; the connection goes on
                 log.exception("websocket sentence failed")
-                await self.send({**_err(e), "segment": self.segments - 1})
+                await self.send({**error_event(e), "segment": self.segments - 1})
             if self.queue.empty() and item.epoch == self.epoch:
                 await self._flush_frames()  # idle: the utterance's last frame goes out now
 
@@ -492,7 +466,7 @@ class SpeechSocket:
         self._stop_current()
         log.warning("websocket: %s; closing it", reason)
         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await self.send(_err(WorkerShutdown(reason)))
+            await self.send(error_event(WorkerShutdown(reason)))
             await self.ws.close(code=1001, reason="server shutting down")
 
     def _stalled(self, stream: ServiceStream) -> None:
@@ -530,7 +504,7 @@ class SpeechSocket:
                 )
             except VoxcastError as e:
                 self._failed(item, e)
-                await self.send({**_err(e), "segment": segment})
+                await self.send({**error_event(e), "segment": segment})
                 return
         self.current = stream
         set_request_id(stream.request_id)  # the speaker task's lines name the sentence being spoken
@@ -573,7 +547,7 @@ class SpeechSocket:
                     await self.send(self._out.message(frame))
         except VoxcastError as e:
             self._failed(item, e)
-            await self.send({**_err(e), "segment": segment})
+            await self.send({**error_event(e), "segment": segment})
             return
         finally:
             if not pump.finished:
