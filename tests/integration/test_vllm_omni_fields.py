@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: The open benchmark's (nari-labs/benchmarks tts_bench) canonical body for its vllm-omni target.
 BENCH_BODY = {
     "input": "Hello from the open benchmark.",
-    "model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+    "model": "qwen3-tts-1.7b-customvoice",  # any name: one model per server (the harness sends its hub id)
     "voice": "Ryan",
     "language": "English",
     "response_format": "pcm",

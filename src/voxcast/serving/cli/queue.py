@@ -436,13 +436,13 @@ def _playable_part(fmt: AudioFormat, sample_rate: int, capture: Any, *, raw: boo
         CommandError: a compressed format (nothing is written).
     """
     from voxcast.audio.encode import stream_to_file
-    from voxcast.audio.wav import WavCodec, file_header
+    from voxcast.audio.wav import WavCodec, file_header, header_size
 
     data = capture.audio
     if fmt in (AudioFormat.PCM, AudioFormat.MULAW, AudioFormat.ALAW):
         return data if raw else stream_to_file(fmt, sample_rate, data)
-    if fmt is AudioFormat.WAV:
-        samples = data if (capture.chunks[0].seq or 0) > 0 else data[44:]  # 44: the PCM16 stream header
+    if fmt is AudioFormat.WAV:  # the first chunk, where present, starts with the streaming header
+        samples = data if (capture.chunks[0].seq or 0) > 0 else data[header_size(WavCodec.PCM16) :]
         samples = samples[: len(samples) // 2 * 2]
         if raw:
             return samples
