@@ -80,10 +80,6 @@ def test_sigterm_reports_draining_takes_no_new_job_and_exits_0_after_the_running
     assert "draining: 1 in flight, deadline 600 s" in w.log.read_text()
 
 
-@pytest.mark.xfail(
-    reason="known regression (2026-12-07): the drained worker does not exit within the test's wait after the job fails with shutdown; under investigation",
-    strict=False,
-)
 def test_a_job_running_at_the_deadline_fails_with_shutdown_or_is_requeued(
     start: Start, redis_client: redis.Redis
 ) -> None:
