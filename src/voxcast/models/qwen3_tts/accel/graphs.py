@@ -272,8 +272,10 @@ def static_decode_for(talker: Talker, **kwargs: Any) -> StaticDecode:
 def use_static_decode(talker: Talker, *, backend: str = "inductor", cuda_graphs: bool | None = None) -> None:
     """Run ``talker``'s single-stream steps and its code predictor's steps through compiled
     static-shape graphs (CUDA graphs for the code predictor on CUDA). Not bit-exact."""
-    # voxcast's float32 row kernels (.f32_rows) have no compiled form: PyTorch's kernels again
+    # voxcast's float32 row kernels (.f32_rows) and oneDNN's linear (no fake tensor form) cannot be
+    # traced: PyTorch's kernels again
     set_flags(talker, "f32_rows", False)
+    set_flags(talker, "onednn_rows", False)
     set_flags(talker, "row_packed", None)
     talker.static = static_decode_for(talker, backend=backend, cuda_graphs=cuda_graphs)
     talker.code_predictor.static = talker.static
