@@ -7,7 +7,7 @@ function, a CUDA graph per batch bucket on CUDA). One loaded model serves both (
 chooses the step). For each N in ``--streams``, N streams of one CustomVoice prompt (seeds differ,
 sampled) are prefilled, stepped ``--warm`` frames, then timed for ``--frames`` frames; the two paths
 alternate within each rep. Prints frames/s in all, slots/rows ratios (medians of back-to-back
-pairs) and the batching ratio (N streams' frames/s over N x one stream's; issue 45 asks >= 0.9);
+pairs) and the batching ratio (N streams' frames/s over N x one stream's; the target is >= 0.9);
 writes ``bench-results/batch-frames-<size>-<device>.json``.
 
     python scripts/bench_batch_frames.py --size tiny|0.6b [--device cuda --dtype bfloat16]

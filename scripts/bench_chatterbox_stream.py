@@ -1,5 +1,5 @@
-"""S3Gen + HiFT streaming strategies for Chatterbox Turbo on a random checkpoint, one run (issue 32,
-item 4): the same speech tokens (random ids, the 3 silence tokens upstream appends at the end) in the
+"""S3Gen + HiFT streaming strategies for Chatterbox Turbo on a random checkpoint, one run:
+the same speech tokens (random ids, the 3 silence tokens upstream appends at the end) in the
 same voice, decoded
 
 (a) in independent chunks: each chunk's tokens through the flow alone (after the voice prompt) and

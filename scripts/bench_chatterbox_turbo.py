@@ -1,5 +1,5 @@
-"""Chatterbox Turbo served by voxcast's engine vs the official package, same random weights, one run
-(issue 32, item 7): T3 ms per token, S3Gen + HiFT cost per chunk, time to first audio, real-time
+"""Chatterbox Turbo served by voxcast's engine vs the official package, same random weights, one run:
+T3 ms per token, S3Gen + HiFT cost per chunk, time to first audio, real-time
 factor, 1/2/4 concurrent streams' throughput, and the official pipeline's total for the same text,
 voice and length.
 

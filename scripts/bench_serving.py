@@ -136,7 +136,7 @@ def priming_ab(engine: Engine, pairs: int, frames: int, k0: int = 20) -> dict[st
     """First-request TTFA of a fresh voice prepared three ways, in one engine, ``pairs`` of each, in the
     order lazy, codec, full, full, codec, lazy, ...: ``lazy`` nothing ahead (the first request primes
     the audio decoder and computes the prompt prefix, as the engine once did), ``codec`` the audio decoder
-    primed ahead (``Engine.prime_voice(prefix=False)``, sessions 6), ``full`` the decoder primed and
+    primed ahead (``Engine.prime_voice(prefix=False)``), ``full`` the decoder primed and
     the prompt prefix computed ahead (``Engine.prime_voice``, as ``create_voice`` does now)."""
     arms = ["lazy", "codec", "full"]
     ttfa: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -230,7 +230,7 @@ def summarize(runs: dict[str, dict[str, Any]], levels: list[int]) -> dict[str, A
         keys: tuple[str, ...] = ("frames_per_s", "audio_s_per_wall_s", "ms_per_frame", "gen_ms_per_frame")
         keys += ("ttfa_ms", "stalls", "stall_ms_per_stream", "rtf")
         per_level = {n: {k: median_of(r["levels"][n], k) for k in keys} for n in levels}
-        if 1 in levels:  # issue 45's target: N streams make >= 0.9 x N x one stream's frames/s
+        if 1 in levels:  # the batching target: N streams make >= 0.9 x N x one stream's frames/s
             one = per_level[1]["frames_per_s"]
             for n in levels:
                 per_level[n]["batching_ratio"] = per_level[n]["frames_per_s"] / (n * one) if one else 0.0

@@ -1,4 +1,4 @@
-"""Chatterbox Turbo's streamed S3Gen + HiFT for N concurrent streams (issue 46 item 2): every stream's
+"""Chatterbox Turbo's streamed S3Gen + HiFT for N concurrent streams: every stream's
 flow windows one by one (``TurboDecoder.decode`` per stream, as with ``VOXCAST_TURBO_BATCH_WINDOWS=off``)
 against one batched call per round (``ChatterboxTurbo.decode_many``, the engine's path with it on).
 

@@ -1,7 +1,7 @@
 """T3's decode step, eager (growing caches, ``next``/``next_many``) against the static step
 (:mod:`voxcast.models.chatterbox_turbo.t3_static`: fixed-shape cache, batched; a CUDA graph per batch
 bucket on CUDA), in one run on one machine: ms per step and per token for 1 and several streams, and
-whether the greedy tokens agree (issue 46 item 1).
+whether the greedy tokens agree.
 
     python scripts/bench_turbo_t3_static.py [--size full] [--device cuda --dtype bfloat16] [--streams 1,4]
 """

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA device, in one run of at most 10 minutes (a lent device gives a session 15
+# The checks that need a CUDA device, in one run of at most 10 minutes (a lent device allows 15
 # minutes in all, its start included). Steps run in the order STEPS names them, each under its own time
 # limit, and write as they go: a run cut short still leaves the earlier steps' JSON. Default steps, most
 # needed first (their limits add up to 600 s):
 #   tests  the gpu-marked tests (CUDA graph replay = eager for Qwen's batched frames and Turbo's T3 step, ...)
-#   slots  VOXCAST_BATCH_GRAPHS (issue 45 item 2): rows vs slots at 1/2/4/8/16 streams at the model level
+#   slots  VOXCAST_BATCH_GRAPHS: rows vs slots at 1/2/4/8/16 streams at the model level
 #          (bench_batch_frames.py: frames/s and the batching ratio)
 #   load   capacity under open-loop Poisson load through the real HTTP server (bench_load.py), 0.6B
 #          bfloat16 with batch graphs (LOAD_BATCH_GRAPHS=off: the rows path; LOAD_COMPILE=on: compiled);
 #          its JSON has the server's cold start (spawn to ready) too
 #   turbo  Chatterbox Turbo's engine benchmark (full-size random checkpoint, bfloat16; T3's static step
 #          on unless TURBO_STATIC=0)
-#   load17 the load step for 1.7B CustomVoice (issue 45's main target; builds the 1.7B random checkpoint first)
+#   load17 the load step for 1.7B CustomVoice (the main capacity target; builds the 1.7B random checkpoint first)
 # On request: slotserving (bench_serving.py with --batch-graphs on), eager, compiled (bench_serving
 # without/with torch.compile: the earlier baselines; compiled warm-up alone took 91 s on an H200), unload
 # (idle unload on CUDA), prerender (prompt-library throughput, 1 and 16 in flight), turboprof (Turbo's
 # streamed S3Gen + HiFT under torch.profiler), turbobatch (Turbo's flow windows of 4 and 8 streams, one
-# by one vs batched), turboload (Turbo under the load benchmark: issue 46's 12 streams), tts_bench
+# by one vs batched), turboload (Turbo under the load benchmark at 12 streams), tts_bench
 # (nari-labs' open serving benchmark, unmodified, against voxcast serve as its published reports ran it:
 # 1.7B CustomVoice, voice Ryan, English, 30 s warm-up, Poisson arrivals at 1/4/8/10/12/16/20 rps, each
 # measured TB_DURATION (30s: ~8 minutes; the reports measured 300s), target vllm-omni over HTTP

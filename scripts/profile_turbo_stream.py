@@ -1,4 +1,4 @@
-"""Profile Chatterbox Turbo's streamed S3Gen + HiFT path (issue 46 item 2): one utterance's speech
+"""Profile Chatterbox Turbo's streamed S3Gen + HiFT path: one utterance's speech
 tokens pushed 4 at a time through the engine's decoder (:class:`TurboDecoder`), as the engine does,
 on a random full-size checkpoint; each push timed (device synchronised), then the same run under
 ``torch.profiler``: the operators by self host time and by device time, the host-device syncs

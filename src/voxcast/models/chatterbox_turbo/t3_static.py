@@ -1,4 +1,4 @@
-"""T3's decode step at fixed shapes (issue 46 item 1): a static key/value cache, one function per batch
+"""T3's decode step at fixed shapes: a static key/value cache, one function per batch
 bucket that a CUDA graph captures, batched across streams.
 
 The eager step (:meth:`.t3.TokenStream.next`) grows each stream's cache by concatenation and samples
