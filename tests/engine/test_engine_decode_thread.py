@@ -37,8 +37,8 @@ def _engine(model_dir: Path, decode_thread: bool) -> Engine:
 def engines(tiny_model_dir: Factory) -> Iterator[dict[bool, Engine]]:
     path = tiny_model_dir("custom_voice")
     on = _engine(path, True)
-    # One model for both: its load-time kernel choices (timed, so they may differ between two
-    # loads, each within float rounding) must not be what the comparison sees.
+    # One model for both (one load; a second would compute the same bits: no timing picks a kernel
+    # that changes them, tests/engine/test_engine_kernel_choices.py).
     pair = {True: on, False: Engine(on.model, _config(path, False), load_ms=on.load_ms)}
     yield pair
     for engine in pair.values():

@@ -9,6 +9,10 @@ depends on: the CPU model and count, PyTorch's version and intra-op threads, the
 identity, how it was loaded (device, dtypes, quantization, kernel choices) and the engine's
 ``max_active``. Another key (another machine, model or setting) measures again. Reading or writing
 the cache never fails a start: a problem is logged and the measurement runs.
+
+Only choices that change no audio may be kept here: the decode thread decodes the same chunks with
+the same decoder as inline decoding, so a request's bytes do not depend on which process measured
+what (``tests/engine/test_engine_decode_calibration.py`` compares the audio after each choice).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What the engine chose for the machine it runs on, as one record (logged once, after warm-up).
 
 The engine adapts at load and warm-up: bfloat16 only where native (:mod:`.precision`), batched rows
-and the audio decoder's short GEMMs on oneDNN where that measured faster, the decode thread where
-the calibration found it faster. An operator reading a worker's log, or a benchmark's JSON, needs
+and the audio decoder's short GEMMs on oneDNN where PyTorch has it, the decode thread where the
+calibration found it faster (a timing only ever picks among choices that give the same audio). An
+operator reading a worker's log, or a benchmark's JSON, needs
 those choices and the measurements behind them next to the figures they explain.
 """
 

@@ -153,7 +153,7 @@ def calibrate(
     on one machine and 1.22-1.37x on another). So warm-up measures it: ``min(2, max_active)``
     streams of a warm-up request each, started together, run ``rounds`` times in each mode in the
     order off, on, on, off, ... (drift cancels); the thread stays on only if its total is at least
-    5% shorter. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 3.5 s each). Call it
+    5% shorter. A timing may decide this because both ways give the same audio. Costs ``2 * rounds`` such runs (0.6B, int8, 2 CPU cores: about 3.5 s each). Call it
     while no other request runs (warm-up does). ``sample``: the (request, voice) to run (default:
     the first warm-up request, built here). Returns the record (``off_ms``, ``on_ms``,
     ``decode_thread``: the choice).

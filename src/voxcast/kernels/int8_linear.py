@@ -5,9 +5,13 @@ Decoding reads every weight once per step, so it is bound by memory bandwidth; i
 quarter of float32's bytes. PyTorch's dynamic quantization (per-output-channel int8 weights,
 activations quantized per call, fbgemm/x86 kernels) is the fast general path; for one or two rows
 voxcast's kernel reads nearer memory bandwidth and rounds the activations far less than fbgemm's 8
-bits. An :class:`Int8Linear` holds both and picks per call shape (:attr:`Int8Linear.kernel_rows`);
-whether the kernel is the faster on this CPU is measured at load (:func:`kernel_faster`). Not
-bit-exact against float32: each model family measures and documents what it changes.
+bits. An :class:`Int8Linear` holds both and picks per call shape (:attr:`Int8Linear.kernel_rows`).
+The two round differently (other codes, other audio), so which one a model uses is a fixed rule,
+not a load-time timing, which a loaded host would make otherwise: the kernel wherever it builds
+(:func:`choose_int8_kernel`). It was the faster wherever measured: one decode row through 28
+gate/up weights in 0.77x fbgemm's time on an AMD Zen 2 (AVX2), a frame 1.01-1.07x faster on a Zen 3,
+the VNNI variant faster still (``docs/cpu-kernels.md``). Not bit-exact against float32: each model
+family measures and documents what it changes.
 
 Used by Qwen3-TTS's talker and code predictor (:mod:`voxcast.models.qwen3_tts.accel.quant`) and
 Chatterbox Turbo's T3 (:mod:`voxcast.models.chatterbox_turbo.t3_quant`).
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -25,14 +28,13 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.nn.quantized.modules.utils import _quantize_weight
 
 from voxcast.kernels import native as int8_kernel
-from voxcast.kernels.rows_linear import set_flags, time_both
+from voxcast.kernels.rows_linear import set_flags
 
 __all__ = [
     "KERNEL_ROWS",
     "Int8Linear",
     "choose_int8_kernel",
     "dynamic_linear",
-    "kernel_faster",
     "layouts_to_store",
     "quantize_weight",
     "stored_tensors",
@@ -200,62 +202,17 @@ def use_int8_kernel(module: nn.Module, on: bool, variant: str | None = None) -> 
 
 
 def choose_int8_kernel(
-    module: nn.Module,
-    measure: Callable[[], dict[str, object]],
-    kernel: bool | None,
-    variant: str | None = None,
+    module: nn.Module, kernel: bool | None, variant: str | None = None
 ) -> dict[str, object]:
-    """Route ``module``'s int8 decode rows to voxcast's kernel: forced (``kernel`` True), never
-    (False), or (None) where it builds and ``measure()`` (e.g. :func:`kernel_faster` over the
-    module's Linears, run with the kernel packed) says it is faster.
+    """Route ``module``'s int8 decode rows to voxcast's kernel: where it builds (``kernel`` True or
+    None), or never (False). Not by timing it against fbgemm: the two give other bits, and the same
+    request must give the same audio whatever the host's load when the model was loaded.
 
     Returns:
-        ``{"kernel": used, "variant": the variant tried (None: not tried), "timing": measure()'s
-        result (None: not measured)}``.
+        ``{"kernel": used, "variant": the variant used (None: not used)}``.
     """
-    choice: dict[str, object] = {"kernel": False, "variant": None, "timing": None}
     if kernel is False or not int8_kernel.load():
-        return choice
-    choice["variant"] = variant = int8_kernel.resolve(variant)
+        return {"kernel": False, "variant": None}
+    variant = int8_kernel.resolve(variant)
     use_int8_kernel(module, True, variant)
-    if kernel is None:
-        timing = choice["timing"] = measure()
-        if not timing["voxcast"]:
-            use_int8_kernel(module, False)
-            return choice
-    choice["kernel"] = True
-    return choice
-
-
-def kernel_faster(
-    linears: Sequence[Int8Linear], what: str = "int8 decode row", reps: int = 6, margin: float = 0.95
-) -> dict[str, object]:
-    """Time one decode row through ``linears`` (packed for the kernel) on fbgemm and on the kernel.
-
-    Give enough Linears that their weights exceed the caches (e.g. one projection of every layer),
-    so that these are the streaming figures a decode step sees. Returns ``{"pytorch_ms",
-    "voxcast_ms", "voxcast"}``: the kernel is chosen where it takes at most ``margin`` of fbgemm's
-    time (``voxcast`` False, with no times, where some Linear is not packed).
-    """
-    if not linears or any(m.packed is None for m in linears):
-        return {"pytorch_ms": None, "voxcast_ms": None, "voxcast": False}
-    x = torch.randn(1, 1, linears[0].in_features)
-
-    def run(kernel: bool) -> None:
-        for m in linears:
-            assert m.packed is not None and m.scale is not None
-            if kernel:
-                int8_kernel.linear(x, m.packed, m.scale, m.bias, m.variant)
-            else:
-                m.q(x)
-
-    pytorch_ms, voxcast_ms = time_both(lambda: run(False), lambda: run(True), reps)
-    choice = voxcast_ms <= margin * pytorch_ms
-    logger.info(
-        "%s: %.2f ms in fbgemm, %.2f ms in voxcast's kernel: using %s",
-        what,
-        pytorch_ms,
-        voxcast_ms,
-        "voxcast's" if choice else "fbgemm",
-    )
-    return {"pytorch_ms": pytorch_ms, "voxcast_ms": voxcast_ms, "voxcast": choice}
+    return {"kernel": True, "variant": variant}

@@ -12,8 +12,10 @@ oneDNN's matmul keeps the weight streaming for small M. The audio decoder runs i
 Only rows of a batch (``x.shape[0] > 1``, which in this model only a batched decode step produces)
 are rerouted: a single stream and every prefill keep PyTorch's own kernel and so stay bitwise equal
 to the official implementation; a batched step equals the single-row one to float rounding, as a
-multi-row BLAS call already does. Whether oneDNN is faster depends on the CPU and the BLAS, so the
-model measures both on its own weight at load (:func:`onednn_rows_faster`).
+multi-row BLAS call already does. The two kernels round differently, so which one runs decides bits
+and is a fixed rule, not a load-time timing (a loaded host would time them otherwise): batched rows
+go to oneDNN wherever this PyTorch has it (:func:`onednn_available`; oneDNN took 0.36-0.51x MKL's
+time for 2-4 rows on an AMD Zen 2 as well).
 
 One to three rows (one stream's decode step; the code predictor's first step per frame, two
 positions) have a kernel of their own: :func:`split_linear`. MKL's float32 product of so few rows
@@ -24,14 +26,15 @@ Cutting the weight into ``parts`` blocks of outputs and computing them as one ``
 spreads a batch over its threads) gives each thread its block: 35-45 GB/s for one row, 2.2x for
 two, and bitwise the same values, since each output is still the same dot product computed by the
 same BLAS kernel with the same rows (tests; from four rows on MKL changes kernels with the width,
-so those stay on ``F.linear``). Whether it is faster is measured at load (:func:`split_rows_faster`).
+so those stay on ``F.linear``). Whether it is faster is measured at load (:func:`split_rows_faster`):
+a timing may choose here because both give the same bits (checked on the weight first).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +45,9 @@ __all__ = [
     "MAX_SPLIT_ROWS",
     "FusedLinear",
     "Linear",
-    "forget_kernel_choices",
-    "kernel_choice",
     "onednn_available",
     "onednn_gemm",
     "onednn_linear",
-    "onednn_rows_faster",
     "rows_linear",
     "set_flags",
     "split_linear",
@@ -55,7 +55,6 @@ __all__ = [
     "time_both",
     "use_onednn_rows",
     "use_split_rows",
-    "weight_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -248,7 +247,12 @@ def onednn_gemm(w: Tensor, b: Tensor | None, x: Tensor) -> Tensor:
 
 
 def time_both(aten: Callable[[], object], onednn: Callable[[], object], reps: int = 8) -> tuple[float, float]:
-    """Median ms of ``aten()`` and ``onednn()``, run alternately (off, on, on, off, ...: drift cancels)."""
+    """Median ms of ``aten()`` and ``onednn()``, run alternately (off, on, on, off, ...: drift cancels).
+
+    A timing depends on what else the host runs, so it may only choose among kernels that give the
+    same bits (the same request must give the same audio whatever the load): :func:`split_rows_faster`
+    checks that first; kernels that round differently are chosen by a fixed rule.
+    """
     times: dict[bool, list[float]] = {False: [], True: []}
     with torch.inference_mode():
         for i in range(2 * (reps + 1)):
@@ -259,70 +263,6 @@ def time_both(aten: Callable[[], object], onednn: Callable[[], object], reps: in
                 times[on].append(time.perf_counter() - t0)
     a, o = (sorted(times[k])[len(times[k]) // 2] * 1000 for k in (False, True))
     return a, o
-
-
-#: First measurement per key in this process (:func:`kernel_choice`).
-_CHOSEN: dict[Hashable, dict[str, object]] = {}
-
-
-def kernel_choice(
-    what: str,
-    aten: Callable[[], object],
-    onednn: Callable[[], object],
-    reps: int = 8,
-    margin: float = 0.9,
-    key: Hashable | None = None,
-) -> dict[str, object]:
-    """Time both kernels (:func:`time_both`); oneDNN is chosen when it takes at most ``margin`` of the time.
-
-    The two kernels round differently, so a choice decides bits. With ``key`` (e.g. the weight's
-    shape, dtype and the thread count), the first measurement for that key in this process is
-    reused: two modules of one shape then always run the same kernel and compute the same bits,
-    however loaded the machine was when each was built (a second timing could choose differently).
-
-    Returns ``{"aten_ms", "onednn_ms", "onednn", "reused"}`` and logs it, naming ``what`` was measured.
-    """
-    if key is not None and (key, what) in _CHOSEN:
-        return {**_CHOSEN[key, what], "reused": True}
-    aten_ms, onednn_ms = time_both(aten, onednn, reps)
-    choice = onednn_ms <= margin * aten_ms
-    logger.info(
-        "%s: %.2f ms in PyTorch's kernel, %.2f ms in oneDNN: using %s",
-        what,
-        aten_ms,
-        onednn_ms,
-        "oneDNN" if choice else "PyTorch's",
-    )
-    out: dict[str, object] = {"aten_ms": aten_ms, "onednn_ms": onednn_ms, "onednn": choice, "reused": False}
-    if key is not None:
-        _CHOSEN[key, what] = out
-    return out
-
-
-def forget_kernel_choices() -> None:
-    """Drop the remembered choices (tests; the next :func:`kernel_choice` measures again)."""
-    _CHOSEN.clear()
-
-
-def weight_key(weight: Tensor, *extra: Hashable) -> tuple[Hashable, ...]:
-    """A :func:`kernel_choice` key for a product through ``weight``: shape, dtype, device, threads."""
-    return (tuple(weight.shape), str(weight.dtype), str(weight.device), torch.get_num_threads(), *extra)
-
-
-def onednn_rows_faster(weight: Tensor, rows: int = 4, reps: int = 8) -> dict[str, object]:
-    """:func:`kernel_choice` for ``rows`` rows through ``weight`` [N, K].
-
-    The weight should be one a decode step really reads (larger than the caches), so that the
-    figures are the streaming ones. Costs ``2 * (reps + 1)`` matmuls.
-    """
-    x = torch.randn(rows, 1, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    return kernel_choice(
-        "batched rows",
-        lambda: rows_linear(x, weight, None, False),
-        lambda: rows_linear(x, weight, None, True),
-        reps,
-        key=weight_key(weight, rows),
-    )
 
 
 def split_rows_faster(weight: Tensor, parts: int, reps: int = 8, margin: float = 0.9) -> dict[str, object]:

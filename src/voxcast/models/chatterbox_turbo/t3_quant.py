@@ -4,9 +4,9 @@ A T3 decode step reads every block's weights once per token (24 layers x 12.6 M 
 1.2 GB in float32), so on a CPU it is bound by memory bandwidth; int8 weights read a quarter of
 that. Each ``c_attn``, ``c_proj``, ``c_fc`` and ``c_proj`` (GPT-2's ``Conv1D``, weight stored
 ``[in, out]``) becomes a :class:`voxcast.kernels.int8_linear.Int8Linear` (per-output-channel int8
-weights; fbgemm for prefills and wide batches, voxcast's kernel for one or two decode rows where it
-measures faster at load). Layer norms, embeddings, the position table and ``speech_head`` (one
-6563 x 1024 matrix a token, 2 % of the reads) stay as loaded.
+weights; fbgemm for prefills and wide batches, voxcast's kernel for one or two decode rows wherever
+it builds: a fixed rule, since the two round differently). Layer norms, embeddings, the position
+table and ``speech_head`` (one 6563 x 1024 matrix a token, 2 % of the reads) stay as loaded.
 
 Not bit-exact: the logits move by the weights' rounding, so sampled tokens follow another path
 after the first draw they change. docs/chatterbox-turbo.md gives the measured difference
@@ -21,7 +21,7 @@ from typing import cast
 
 from torch import Tensor
 
-from voxcast.kernels.int8_linear import Int8Linear, choose_int8_kernel, kernel_faster
+from voxcast.kernels.int8_linear import Int8Linear, choose_int8_kernel
 from voxcast.models.chatterbox_turbo.gpt2 import Block, Conv1D
 from voxcast.models.chatterbox_turbo.t3 import T3
 
@@ -41,14 +41,13 @@ def quantize_t3(
     """Replace T3's block projections with int8 Linears, in place (CPU only).
 
     Args:
-        kernel: decode rows on voxcast's kernel: True (where it builds), False (fbgemm only), None
-            (where it builds and measures faster than fbgemm on this CPU).
+        kernel: decode rows on voxcast's kernel: True or None (where it builds), False (fbgemm only).
         stored: the int8 store's tensors for this checkpoint (:mod:`voxcast.kernels.int8_store`):
             the Linears are read from them, bitwise what quantizing gives, without quantizing.
 
     Returns:
-        What was done, for the runtime report: ``linears``, ``seconds``, ``kernel`` (used or not),
-        ``variant`` and, when measured, ``timing``.
+        What was done, for the runtime report: ``linears``, ``seconds``, ``kernel`` (used or not)
+        and ``variant``.
 
     Raises:
         ValueError: T3 is not on the CPU.
@@ -75,8 +74,7 @@ def quantize_t3(
                 linear = Int8Linear.of(conv.weight.t(), conv.bias)
             setattr(parent, attr, linear)  # the float original is dropped with it
             n += 1
-    fcs = [cast(Int8Linear, block.mlp.c_fc) for block in blocks]
-    choice = choose_int8_kernel(t3, lambda: kernel_faster(fcs, "T3 int8 decode row"), kernel)
+    choice = choose_int8_kernel(t3, kernel)
     report: dict[str, object] = {"linears": n, **{k: v for k, v in choice.items() if v is not None}}
     report["seconds"] = round(time.perf_counter() - t0, 3)
     log.info(

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from voxcast.kernels.rows_linear import kernel_choice, onednn_available, onednn_gemm, set_flags, weight_key
+from voxcast.kernels.rows_linear import onednn_available, set_flags
 
 from .codec_layers import (
     Attention,
@@ -82,7 +82,7 @@ class CodecDecoder(nn.Module):
         blocks += [DecoderBlock(dims[i], dims[i + 1], r) for i, r in enumerate(cfg.upsample_rates)]
         blocks += [SnakeBeta(dims[-1]), CausalConv(dims[-1], 1, 7)]
         self.decoder = nn.ModuleList(blocks)
-        #: The short-GEMM kernel measurement of :meth:`prepare` (None: not measured or not float32 CPU).
+        #: The short-GEMM kernel :meth:`prepare` chose, ``{"onednn": bool}`` (None: not float32 CPU).
         self.small_gemm: dict[str, object] | None = None
         self._n_conv = self._n_attn = 0
         for m in self.modules():
@@ -92,37 +92,32 @@ class CodecDecoder(nn.Module):
                 m.slot, self._n_attn = self._n_attn, self._n_attn + 1
 
     def prepare(self) -> CodecDecoder:
-        """Fold the weights now (one 1-frame decode) so that the first stream does not pay for it.
+        """Fold the weights now (one 1-frame decode) so that the first stream does not pay for it,
+        and put the short GEMMs on their kernel (:meth:`_choose_small_gemm`).
 
         Folded tensors (:func:`~.codec_layers._fold`) follow later weight changes by themselves.
         """
-        self.decode_offline(torch.zeros(1, self.config.num_quantizers, dtype=torch.long))
         self.small_gemm = self._choose_small_gemm()
+        self.decode_offline(torch.zeros(1, self.config.num_quantizers, dtype=torch.long))
         return self
 
     def _choose_small_gemm(self) -> dict[str, object] | None:
-        """Measure the first upsampling layer's GEMM for a one-frame chunk in PyTorch's BLAS and in
-        oneDNN; where oneDNN takes at most 0.9x, short GEMMs run there (``onednn_small``: the
-        convolutions' and the transformer's projections for chunks of up to ``SMALL_DIM`` frames).
+        """Short GEMMs on oneDNN (``onednn_small``: the convolutions' and the transformer's
+        projections for chunks of up to ``SMALL_DIM`` frames) wherever this PyTorch has oneDNN.
 
-        Float32 on the CPU only (elsewhere None). The layer, ``[Cout * kernel, Cin] x [Cin, 5]``, is
-        the costliest short GEMM of a one-frame chunk: on an AMD Zen 3 MKL took 22.9 ms for it and
-        oneDNN 6.4, of a 114 ms frame.
+        A fixed rule, not a timing: the two kernels round differently (the audio moves by ~2e-7,
+        which moves some 16-bit samples by one step), so a choice timed at load would make the same
+        request's bytes depend on how busy the host was at that moment. Float32 on the CPU only
+        (elsewhere None). oneDNN was the faster on the real decoder wherever measured: an AMD Zen 3
+        (1.56x at one-frame chunks) and an AMD Zen 2 (0.76-0.77x the time a frame at one-frame
+        chunks, 0.88-0.91x at four); the tiny test checkpoint's decoder, whose weights fit in
+        the caches, takes 1.3x PyTorch's time there (3.2 -> 4.2 ms a frame), which nothing needs.
         """
-        trans = next(m for m in self.decoder.modules() if isinstance(m, CausalTransConv))
-        w = trans.gemm_weight()
+        w = self.pre_conv.conv.weight
         if w.device.type != "cpu" or w.dtype != torch.float32 or not onednn_available():
             return None
-        x = torch.randn(w.shape[1], 5)
-        out = kernel_choice(
-            "codec short GEMMs",
-            lambda: torch.mm(w, x),
-            lambda: onednn_gemm(w, None, x),
-            reps=4,
-            key=weight_key(w),  # one choice per process: every decoder of this shape computes the same bits
-        )
-        set_flags(self, "onednn_small", bool(out["onednn"]))
-        return out
+        set_flags(self, "onednn_small", True)
+        return {"onednn": True}
 
     def _fresh_state(self) -> _State:
         return _State([None] * self._n_conv, [None] * self._n_attn)

@@ -41,8 +41,8 @@ SETTINGS = (
         "int8_kernel",
         "VOXCAST_INT8_KERNEL",
         on_off_auto,
-        doc="with int8 weights, decode rows on voxcast's own kernel: auto (where it builds and "
-        "measures faster than fbgemm at load), on (where it builds) or off",
+        doc="with int8 weights, decode rows on voxcast's own kernel: auto or on (where it builds) or "
+        "off (fbgemm; other audio)",
     ),
     Setting(
         "fused_ops",
@@ -57,8 +57,8 @@ SETTINGS = (
         "VOXCAST_F32_ROWS",
         on_off_auto,
         doc="float32 weights on the CPU: decode rows on voxcast's kernels (bitwise F.linear, checked "
-        "at load): auto (where the BLAS's bits match and each measures faster), on (where they match) "
-        "or off",
+        "at load): auto (where the BLAS's bits match; the code predictor's packed copies where they "
+        "also measure faster), on (where they match) or off",
     ),
     Setting(
         "batch_graphs",

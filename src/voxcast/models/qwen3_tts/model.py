@@ -178,8 +178,8 @@ class Qwen3TTS:
             trace_steps: replay the code predictor's intra-frame forwards and the talker's decode
                 step (one row and batched rows) from recordings (:mod:`voxcast.models.qwen3_tts.accel.cp_trace`,
                 :mod:`voxcast.models.qwen3_tts.accel.talker_trace`; bitwise the same outputs, less Python per step).
-            onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True), on
-                PyTorch's BLAS (False), or whichever measures faster at load (None;
+            onednn_rows: float32 on the CPU: run batched decode rows on oneDNN (True, or None:
+                wherever this PyTorch has it) or on PyTorch's BLAS (False;
                 :mod:`voxcast.kernels.rows_linear`). One row and prefills always use PyTorch's kernel.
             row_parts: float32 on the CPU: compute the Linears of one to three rows (a decode
                 step, the code predictor's first step) as this many blocks of outputs in one bmm
@@ -187,8 +187,8 @@ class Qwen3TTS:
                 None, as many blocks as intra-op threads where that measures faster at load
                 (:func:`voxcast.kernels.rows_linear.split_rows_faster`).
             int8_kernel: with ``quant="int8"``: run decode rows (up to :data:`voxcast.kernels.int8_linear.KERNEL_ROWS`)
-                on voxcast's kernel (True, where it builds), on fbgemm (False), or whichever
-                measures faster at load (None; :mod:`voxcast.kernels.native`).
+                on voxcast's kernel (True or None, where it builds) or on fbgemm (False;
+                :mod:`voxcast.kernels.native`).
             int8_variant: the kernel's variant (:data:`voxcast.kernels.native.VARIANTS`; default: the fastest
                 this CPU runs).
             fused_ops: float32 on the CPU: run RMSNorms, the q/k norm + rotary embedding and the
@@ -199,8 +199,9 @@ class Qwen3TTS:
             f32_rows: float32 on the CPU: run one-row products (decode steps) on voxcast's kernels,
                 which sum in the BLAS's own order at memory speed, the code predictor's layers
                 through packed copies of their weights (+~300 MB for its five layers); taken only
-                where every weight gives the BLAS's bits (checked at load). True: there; None:
-                where each also measures faster at load; False: never (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
+                where every weight gives the BLAS's bits (checked at load). True: there; None: there,
+                the packed copies only where they also measure faster at load (they give the same
+                bits); False: never (:mod:`voxcast.models.qwen3_tts.accel.f32_rows`).
             batch_graphs: run each frame of a batch as one static-shape function over slots of one
                 batched key/value cache, with graph-safe counter-based sampling, captured as a CUDA
                 graph per batch bucket on CUDA (:mod:`voxcast.models.qwen3_tts.accel.batch_frames`).

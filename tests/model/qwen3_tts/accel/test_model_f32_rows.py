@@ -244,7 +244,7 @@ def test_choice_is_measured_only_for_float32_cpu_models(tiny_model_dir: Any) -> 
     auto = Qwen3TTS.from_pretrained(path)
     assert auto.f32_rows is not None
     if auto.f32_rows.get("bitwise"):
-        assert "now_ms" in auto.f32_rows and "packed_ms" in auto.f32_rows
+        assert "rows_ms" in auto.f32_rows and "packed_ms" in auto.f32_rows
     int8 = Qwen3TTS.from_pretrained(path, quant="int8")
     assert int8.f32_rows is None
     assert all(not getattr(m, "f32_rows", False) for m in int8.talker.modules())

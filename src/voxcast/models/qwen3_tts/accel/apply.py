@@ -1,9 +1,16 @@
 """The one configuration step: apply validated speed-ups to a loaded Qwen3-TTS model, report why.
 
 :func:`apply` runs once at load, before any request. Each choice is either forced by
-:class:`AccelConfig` (True/False) or, where None, measured on this machine; the returned
+:class:`AccelConfig` (True/False) or, where None, decided for this machine; the returned
 :class:`AccelReport` records what was chosen and the measurements behind it (logged by the engine
 after warm-up and written into every benchmark's JSON).
+
+A load-time timing depends on what else the host runs at that moment, so it only ever chooses
+among kernels that compute the same bits (one-row blocks, the code predictor's packed weights).
+Kernels that round differently (batched rows on oneDNN or MKL, int8 rows on voxcast's kernel or
+fbgemm, a batch's float32 rows on voxcast's row kernels or oneDNN) are chosen by fixed rules: the
+CPU's features, whether the library builds, whether the bits match; so the same request with the
+same seed gives the same audio in every process on the machine, however loaded it was at start.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ import torch
 from voxcast.kernels.rows_linear import (
     FusedLinear,
     onednn_available,
-    onednn_rows_faster,
     split_rows_faster,
     use_onednn_rows,
     use_split_rows,
@@ -43,7 +49,7 @@ QUANT_MODES = ("none", "int8")
 
 @dataclass(frozen=True)
 class AccelConfig:
-    """What to apply (see ``Qwen3TTS.from_pretrained`` for each option). None: decide by measuring.
+    """What to apply (see ``Qwen3TTS.from_pretrained`` for each option). None: this machine's default.
 
     Raises:
         ValueError: an unknown ``quant`` mode.
@@ -70,10 +76,11 @@ class AccelReport:
     """What :func:`apply` chose, with the load-time measurements (None: not measured).
 
     Attributes:
-        int8_kernel / int8_variant / int8_kernel_timing: int8 decode rows on voxcast's kernel.
+        int8_kernel / int8_variant: int8 decode rows on voxcast's kernel (where it builds).
         fused_ops: norms, rotary embeddings and decode attention as fused C++ operations.
-        onednn_rows / rows_kernel: batched float32 decode rows on oneDNN.
-        row_parts / row_kernel: float32 decode rows as this many blocks of outputs in one bmm.
+        onednn_rows: batched float32 decode rows on oneDNN (where this PyTorch has it).
+        row_parts / row_kernel: float32 decode rows as this many blocks of outputs in one bmm
+            (bitwise ``F.linear``; timed).
         f32_rows: float32 decode rows on voxcast's BLAS-order kernels (what was checked and timed).
         batch_graphs: frames of a batch as one static-shape function over cache slots
             (:mod:`.batch_frames`; CUDA graphs on CUDA), set up by the model.
@@ -86,10 +93,8 @@ class AccelReport:
     trace_steps: bool = False
     int8_kernel: bool = False
     int8_variant: str | None = None
-    int8_kernel_timing: dict[str, object] | None = None
     fused_ops: bool = False
     onednn_rows: bool = False
-    rows_kernel: dict[str, object] | None = None
     row_parts: int = 1
     row_kernel: dict[str, object] | None = None
     f32_rows: dict[str, object] | None = None
@@ -177,20 +182,17 @@ def apply(
 
 
 def _timing_weight(talker: Talker) -> torch.Tensor:
-    """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timings."""
+    """A weight every decode step reads (the first layer's gate/up), for the load-time kernel timing."""
     mlp = talker.model.layers[0].mlp
     assert isinstance(mlp, MLP)
     return mlp.gate_up.weight if isinstance(mlp.gate_up, FusedLinear) else mlp.gate_proj.weight
 
 
 def _choose_int8_kernel(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
-    """int8 decode rows on voxcast's kernel: forced, or where it builds and measures faster."""
+    """int8 decode rows on voxcast's kernel: forced, or (auto) wherever it builds."""
     from voxcast.kernels.int8_linear import choose_int8_kernel
-    from voxcast.models.qwen3_tts.accel.quant import int8_kernel_faster
 
-    choice = choose_int8_kernel(talker, lambda: int8_kernel_faster(talker), cfg.int8_kernel, cfg.int8_variant)
-    if choice["timing"] is not None:
-        report.int8_kernel_timing = {**cast(dict, choice["timing"]), "variant": choice["variant"]}
+    choice = choose_int8_kernel(talker, cfg.int8_kernel, cfg.int8_variant)
     if choice["kernel"]:
         report.int8_kernel, report.int8_variant = True, cast(str, choice["variant"])
 
@@ -214,14 +216,12 @@ def _choose_fused_ops(talker: Talker, cfg: AccelConfig, device: torch.device, dt
 
 
 def _choose_fp32_rows(talker: Talker, cfg: AccelConfig, report: AccelReport) -> None:
-    """Float32 CPU decode rows: oneDNN for batched rows, blocks of outputs, voxcast's row kernels."""
+    """Float32 CPU decode rows: oneDNN for batched rows, blocks of outputs (timed: bitwise the same),
+    voxcast's row kernels (where their bits match)."""
     from voxcast.models.qwen3_tts.accel import f32_rows
 
-    onednn = cfg.onednn_rows
-    if onednn_available():
-        if onednn is None:
-            report.rows_kernel = onednn_rows_faster(_timing_weight(talker))
-            onednn = bool(report.rows_kernel["onednn"])
+    if onednn_available():  # auto: on (a fixed rule; see voxcast.kernels.rows_linear)
+        onednn = cfg.onednn_rows is not False
         use_onednn_rows(talker, onednn)
         report.onednn_rows = onednn
     parts = cfg.row_parts
@@ -233,4 +233,4 @@ def _choose_fp32_rows(talker: Talker, cfg: AccelConfig, report: AccelReport) -> 
         report.row_parts = max(1, parts)
         use_split_rows(talker, report.row_parts)
     cp_layers = talker.code_predictor.model.layers
-    report.f32_rows = f32_rows.choose(talker, cp_layers, cfg.f32_rows, report.row_parts, report.onednn_rows)
+    report.f32_rows = f32_rows.choose(talker, cp_layers, cfg.f32_rows)

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from voxcast.kernels import native as int8_kernel
-from voxcast.kernels.rows_linear import Linear, rows_linear, time_both
+from voxcast.kernels.rows_linear import Linear, time_both
 from voxcast.models.qwen3_tts.layers import MLP, Attention
 
 __all__ = ["Packed", "available", "choose", "linear", "matches_blas", "pack", "packed_linear", "row_weights"]
@@ -98,9 +98,8 @@ def matches_blas(
 
 #: One (module, weight, bias) a decode row multiplies: the module holds the kernel flag and packed copy.
 RowWeight = tuple[nn.Module, Tensor, "Tensor | None"]
-#: Weight bytes a load-time timing cycles through (beyond the caches, as in a decode step).
-_TIMING_BYTES = 192 << 20
-#: Each kernel is taken by ``choose(wanted=None)`` where it takes at most this much of the time now.
+#: The packed copies are taken by ``choose(wanted=None)`` where they take at most this much of the row
+#: kernel's time.
 _MARGIN = 0.95
 
 
@@ -121,17 +120,6 @@ def _packable(w: Tensor) -> bool:
     )
 
 
-def _sample(entries: list[RowWeight]) -> list[RowWeight]:
-    """The first entries holding :data:`_TIMING_BYTES` of weights (all, if fewer)."""
-    out, total = [], 0
-    for e in entries:
-        if total >= _TIMING_BYTES:
-            break
-        out.append(e)
-        total += e[1].numel() * e[1].element_size()
-    return out
-
-
 def _time(
     entries: list[RowWeight], now: Callable[..., Tensor], ours: Callable[..., Tensor]
 ) -> tuple[float, float]:
@@ -148,18 +136,18 @@ def _time(
     return time_both(lambda: run(now), lambda: run(ours))
 
 
-def choose(
-    talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None, parts: int, onednn: bool
-) -> dict[str, object]:
+def choose(talker: nn.Module, code_predictor_layers: nn.Module, wanted: bool | None) -> dict[str, object]:
     """Put the float32 decode rows of ``talker`` on these kernels where they give the BLAS's bits.
 
     Every Linear runs its one-row products on :func:`linear`; the code predictor's layers (15 steps a
     frame: most of a frame's weight reads) on :func:`packed_linear` through packed copies of their
     weights; both also take the rows of a batched step (up to :data:`voxcast.kernels.rows_linear.F32_ROWS_MAX`
     streams), each row getting the bits it gets alone. Both need :func:`matches_blas` on every weight
-    they serve (all checked). With ``wanted`` None each is taken only where one and two rows measure
-    at most :data:`_MARGIN` of the time of the paths they replace (``split_linear`` in ``parts``
-    blocks or ``F.linear``; oneDNN for batches where ``onednn``); False: neither.
+    they serve (all checked). With ``wanted`` True or None (auto) the row kernel is taken wherever the
+    bits match: not by a timing, because for a batched step's rows the path it replaces (oneDNN, or
+    the BLAS's many-row product) rounds differently, and a timing depends on the host's load. The
+    packed copies compute the same bits as the row kernel, so with None they are taken only where one
+    and two rows measure at most :data:`_MARGIN` of its time (they cost memory); False: neither.
 
     Returns what was checked, timed and chosen: ``{"bitwise", "rows", "packed", "packed_mb", ...}``.
     """
@@ -172,18 +160,11 @@ def choose(
     if not bitwise:
         logger.info("float32 row kernel: this CPU's BLAS sums in another order; using PyTorch's")
         return out
-
-    def now(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
-        return rows_linear(x, w, b, onednn, parts)
+    out["rows"] = True
 
     def rows(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
         return linear(x, w, b)
 
-    if wanted is None:
-        out["now_ms"], out["rows_ms"] = _time(_sample(entries), now, rows)
-        out["rows"] = out["rows_ms"] <= _MARGIN * out["now_ms"]  # type: ignore[operator]
-    else:
-        out["rows"] = True
     packed = [pack(w) for _, w, _ in cp] if cp and all(_packable(w) for _, w, _ in cp) else []
     if packed and all(matches_blas(w, b, p) for (_, w, b), p in zip(cp, packed, strict=True)):
         if wanted is None:
@@ -192,8 +173,8 @@ def choose(
             def packed_fn(x: Tensor, m: nn.Module, w: Tensor, b: Tensor | None) -> Tensor:
                 return packed_linear(x, by_id[id(m)], b)
 
-            out["cp_now_ms"], out["packed_ms"] = _time(cp, rows if out["rows"] else now, packed_fn)
-            out["packed"] = out["packed_ms"] <= _MARGIN * out["cp_now_ms"]  # type: ignore[operator]
+            out["rows_ms"], out["packed_ms"] = _time(cp, rows, packed_fn)
+            out["packed"] = out["packed_ms"] <= _MARGIN * out["rows_ms"]  # type: ignore[operator]
         else:
             out["packed"] = True
     for m, _, _ in entries:

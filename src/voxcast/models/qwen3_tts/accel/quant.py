@@ -12,8 +12,9 @@ stored bfloat16 widened on lookup: :class:`.checkpoint.WidenedEmbedding`).
 Decode rows (one stream's step, the code predictor's two-position first step) can run on voxcast's
 own kernel instead (:mod:`voxcast.kernels.native`: the same int8 weights and scales, activations rounded far
 less than fbgemm's 8 bits, read nearer memory bandwidth). Each quantized Linear is a
-:class:`voxcast.kernels.int8_linear.Int8Linear` holding both; the model measures at load which is
-faster (:func:`int8_kernel_faster`) and sets its ``kernel_rows``.
+:class:`voxcast.kernels.int8_linear.Int8Linear` holding both; the model uses the kernel wherever it
+builds (:func:`voxcast.kernels.int8_linear.choose_int8_kernel`: a fixed rule, since the two round
+differently) and sets its ``kernel_rows``.
 Prefills and wider batches keep fbgemm, whose integer GEMM is the faster for many rows.
 """
 
@@ -25,13 +26,12 @@ import time
 import torch
 from torch import Tensor, nn
 
-from voxcast.kernels.int8_linear import Int8Linear, kernel_faster, quantize_weight
+from voxcast.kernels.int8_linear import Int8Linear, quantize_weight
 from voxcast.models.qwen3_tts.layers import DecoderLayer
 from voxcast.models.qwen3_tts.talker import Talker
 
 __all__ = [
     "QUANT_MODES",
-    "int8_kernel_faster",
     "quantize_int8",
 ]
 
@@ -103,17 +103,3 @@ def quantize_int8(talker: Talker, stored: dict[str, Tensor] | None = None) -> li
         time.perf_counter() - t0,
     )
     return sources
-
-
-def int8_kernel_faster(talker: Talker, reps: int = 6, margin: float = 0.95) -> dict[str, object]:
-    """Time one decode row through every talker layer's gate/up projection on fbgemm and on the kernel
-    (:func:`voxcast.kernels.int8_linear.kernel_faster`; the kernel must be packed). Returns
-    ``{"pytorch_ms", "voxcast_ms", "voxcast"}``."""
-    linears: list[Int8Linear] = []
-    for layer in talker.model.layers:
-        m = getattr(getattr(layer, "mlp", None), "gate_up", None)
-        if isinstance(m, Int8Linear) and m.packed is not None:
-            linears.append(m)
-    if len(linears) != len(talker.model.layers):
-        linears = []
-    return kernel_faster(linears, reps=reps, margin=margin)
