@@ -35,8 +35,8 @@ def test_follow_on_a_queue_no_worker_serves_says_so_after_the_idle_timeout(
     code, out, err = _run(
         capsys, "enqueue", "Hello.", "--queue", "lonely", "--follow", "--redis-url", redis_url
     )
-    job_id = out.strip()
-    assert code == 1 and job_id
+    job_id, _, err = err.partition("\n")  # the job id first (stdout is kept for the result's JSON)
+    assert code == 1 and job_id and out == ""
     assert err.startswith(
         "waiting: no worker serves queue 'lonely' (start one: voxcast worker --queues lonely)"
     )

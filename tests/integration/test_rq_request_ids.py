@@ -111,6 +111,16 @@ def test_a_reused_id_is_refused_for_another_request_and_is_the_same_job_for_the_
     assert _starts(redis_client, "reuse-2") == 1  # nothing ran again
     assert _followed(client, "reuse-2").audio  # the one job's audio, replayed
 
+    # a followed enqueue's stdout is the result's JSON alone (the job id goes to stderr)
+    followed = _voxcast(
+        redis_url, "enqueue", FIRST["text"], "--voice", "low", "--queue", QUEUE,
+        "--request", '{"request_id": "cli-json"}', "--out", str(tmp_path / "c.wav"),
+    )  # fmt: skip
+    assert followed.returncode == 0, followed.stderr
+    shown = json.loads(followed.stdout)
+    assert (shown["job_id"], shown["status"]) == ("cli-json", "finished")
+    assert followed.stderr.splitlines()[0] == "cli-json"
+
     # once the job and its stream are gone (expired), the id is free for another request
     redis_client.delete(stream_key("reuse-2"), "rq:job:reuse-2", "rq:results:reuse-2")
     redis_client.set(claim_key("reuse-2"), redis_client.get(claim_key("reuse-2")).split(b"|")[0] + b"|0")

@@ -317,8 +317,10 @@ def run_enqueue(args: argparse.Namespace) -> int:
             f"(status: {client.status(job_id)['status']})",
             file=sys.stderr,
         )
-    print(job_id, flush=True)
-    if not (args.follow or args.out):
+    following = bool(args.follow or args.out)
+    # stdout is one thing a script can read: the job id alone, or (following) the result's JSON
+    print(job_id, file=sys.stderr if following else sys.stdout, flush=True)
+    if not following:
         return 0
     return _follow(client, job_id, args.out, t0=t0, idle_timeout_s=args.idle_timeout)
 
@@ -371,7 +373,8 @@ def _follow(
         raise CommandError(f"{e} (job status: {client.status(job_id)['status']})") from e
     if out is not None and capture.chunks:
         _write_audio(out, capture)
-    print(json.dumps({"status": capture.status, **capture.result}, indent=2, default=str))
+    shown = {"job_id": job_id, "status": capture.status, **capture.result}
+    print(json.dumps(shown, indent=2, default=str))
     if capture.gaps:
         raise CommandError(_incomplete(capture, out))
     if capture.status == EntryType.EOS.value:
