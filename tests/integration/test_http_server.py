@@ -370,7 +370,7 @@ def test_a_client_that_stops_reading_is_cancelled_and_counted(tiny_service: Serv
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect(("127.0.0.1", port))
             sock.sendall(
-                b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
@@ -433,7 +433,10 @@ def test_voices_upload_list_use_delete(tiny_model_dir: Factory, tmp_path: Path) 
             )
             assert again.status_code == 201 and again.json()["id"] == voice["id"]
             listed = http.get("/v1/audio/voices").json()["data"]
-            assert voice["id"] in [v["id"] for v in listed]
+            entry = next(v for v in listed if v["id"] == voice["id"])
+            # as created (before: created_at 0 and the id as its name), without the transcript
+            assert entry["created_at"] == voice["created_at"] > 0 and entry["name"] == voice["name"]
+            assert "ref_text" not in entry
             assert http.get(f"/v1/audio/voices/{voice['id']}").json()["ref_text"] == "A test voice."
 
             client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)

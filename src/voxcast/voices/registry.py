@@ -432,12 +432,21 @@ class VoiceRegistry(Generic[P]):
             raise StorageError(f"metadata of voice {voice_id!r} is corrupt: {e}") from e
 
     def list_voices(self) -> list[VoiceInfo]:
-        """Built-in speakers (sorted), then registered voices of this model (sorted by id)."""
+        """Built-in speakers (sorted), then registered voices of this model (sorted by id), each with
+        what its registration recorded (name, created_at, ...: one read of its sidecar; a voice whose
+        sidecar cannot be read is listed by id alone)."""
         out = [VoiceInfo(name, True) for name in sorted(self._speakers.values())]
         for key in self.store.list_keys(voice_prefix(self.model_identity)):
             name = key.rsplit("/", 1)[-1]
-            if name.endswith(".safetensors") and is_voice_id(name.removesuffix(".safetensors")):
-                out.append(VoiceInfo(name.removesuffix(".safetensors"), False))
+            voice_id = name.removesuffix(".safetensors")
+            if name.endswith(".safetensors") and is_voice_id(voice_id):
+                try:
+                    out.append(self.info(voice_id))
+                except VoiceNotFound:  # deleted since it was listed
+                    continue
+                except StorageError as e:
+                    log.warning("voice %s: its metadata could not be read (%s); listed by id", voice_id, e)
+                    out.append(VoiceInfo(voice_id, False))
         return out
 
     def delete(self, voice_id: str) -> bool:

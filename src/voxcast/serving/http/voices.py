@@ -198,7 +198,10 @@ def voice_routes(get_service: Callable[[], Service], max_body_bytes: int) -> API
             {"id": alias, "object": "audio.voice", "name": alias, "type": "alias", "alias_of": voice}
             for alias, voice in sorted(service.voice_aliases.items())
         ]
-        return {"object": "list", "data": [_voice(v) for v in voices] + aliases}
+        # what each registration recorded (name, created_at), but not its transcript: that is read
+        # one voice at a time (GET /audio/voices/{id})
+        listed = [{k: v for k, v in _voice(info).items() if k != "ref_text"} for info in voices]
+        return {"object": "list", "data": listed + aliases}
 
     @router.post("/audio/voices", status_code=201)
     async def register(request: Request) -> JSONResponse:
