@@ -38,8 +38,7 @@ def _listing(service: Any) -> dict[str, Any]:
     for info in service.voices.list_voices():
         if info.builtin:
             continue
-        full = service.voices.info(info.voice_id)
-        registered.append({k: v for k, v in full.to_dict().items() if k in ("voice_id", "name", "ref_text")})
+        registered.append({k: v for k, v in info.to_dict().items() if k in ("voice_id", "name", "ref_text")})
     return {
         "model": service.engine.identity,
         "speakers": list(service.engine.speakers),
