@@ -12,7 +12,8 @@ Metric names (all prefixed ``voxcast_``):
 - histograms ``time_to_first_audio_seconds``, ``request_seconds``, ``real_time_factor``,
   ``queue_wait_seconds``, ``stall_seconds`` (per request, ``{entry}``) and ``chunk_frames``;
 - counters ``frames_generated_total``, ``audio_seconds_total``, ``audio_cache_lookups_total{result}``,
-  ``voice_cache_lookups_total{result}``, ``voice_builds_total``, ``storage_errors_total``;
+  ``voice_cache_lookups_total{result}``, ``voice_builds_total``, ``storage_errors_total``,
+  ``websocket_invalid_utf8_total`` (connections closed with 1007 for a text frame not valid UTF-8);
 - gauges ``streams_active``, ``streams_prefilling``, ``streams_waiting``, ``engine_state{state}``
   (1 for the current one of loading, warming, ready, failed, draining), ``load_seconds``,
   ``warmup_seconds``, ``startup_seconds{part}`` (``ready``: process start to ready; ``before_load``,
@@ -155,6 +156,11 @@ class Metrics:
         self.voice_builds = Counter("voxcast_voice_builds", "voices built from reference audio", registry=r)
         self.storage_errors = Counter(
             "voxcast_storage_errors", "failed store calls on a request's path", registry=r
+        )
+        self.ws_invalid_utf8 = Counter(
+            "voxcast_websocket_invalid_utf8",
+            "WebSocket connections closed with 1007: a text frame that is not valid UTF-8",
+            registry=r,
         )
         r.register(_EngineCollector(self))
 

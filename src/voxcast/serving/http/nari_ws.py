@@ -47,7 +47,14 @@ from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
 from voxcast.serving.http.errors import error_for
-from voxcast.serving.http.sockets import encode_event, error_event, is_unicode, receive_object, takes_text
+from voxcast.serving.http.sockets import (
+    encode_event,
+    error_event,
+    is_unicode,
+    quiet_invalid_utf8,
+    receive_object,
+    takes_text,
+)
 from voxcast.serving.pump import ThreadPump
 
 __all__ = ["PROTOCOL", "NariSocket", "subprotocol"]
@@ -100,6 +107,7 @@ class NariSocket:
         stall_s: float,
         drain: Drain | None = None,
     ) -> None:
+        quiet_invalid_utf8()  # before the first message: uvicorn's traceback for it is dropped
         self.ws = ws
         self.service = service
         self.queue_chunks = queue_chunks
@@ -163,7 +171,7 @@ class NariSocket:
         )
         while not self._closed:
             try:
-                msg = await receive_object(self.ws)
+                msg = await receive_object(self.ws, self.service.metrics)
                 await self._handle(msg)
             except VoxcastError as e:
                 await self.fail(e)

@@ -5,21 +5,56 @@ A client message is read as one JSON object (:func:`receive_object`); every erro
 reports is the ``error`` event, OpenAI's error object with voxcast's code and the field at fault
 (:func:`error_event`); text a message carries must be valid Unicode (:func:`is_unicode`); and an
 open stream (``Service.open``) takes more text only while :func:`takes_text` holds.
+
+A text frame that is not valid UTF-8 is refused by uvicorn itself (close code 1007, which is right)
+with an ERROR and a traceback; :func:`quiet_invalid_utf8` drops that record, and
+:func:`receive_object` logs one INFO line per connection instead and counts it
+(``voxcast_websocket_invalid_utf8_total``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voxcast.errors import InvalidRequest
+from voxcast.metrics import Metrics
 from voxcast.service import ServiceStream
 from voxcast.serving.http.body import parse_json
 from voxcast.serving.http.errors import error_body, error_for
 
-__all__ = ["encode_event", "error_event", "is_unicode", "receive_object", "takes_text"]
+__all__ = [
+    "encode_event",
+    "error_event",
+    "is_unicode",
+    "quiet_invalid_utf8",
+    "receive_object",
+    "takes_text",
+]
+
+log = logging.getLogger(__name__)
+
+_INVALID_UTF8 = 1007
+"""The close code of a text frame that is not valid UTF-8 (RFC 6455, 7.4.1)."""
+_UVICORN_UTF8_MSG = "Invalid UTF-8 sequence received from client."
+"""What uvicorn's websockets-sansio protocol logs (ERROR, with a traceback) before closing with 1007."""
+
+
+class _DropUvicornUtf8(logging.Filter):
+    """Drops uvicorn's ERROR for invalid UTF-8: a client's fault, reported by :func:`receive_object`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _UVICORN_UTF8_MSG
+
+
+def quiet_invalid_utf8() -> None:
+    """Drop uvicorn's per-connection traceback for invalid UTF-8 (idempotent: one filter at most)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _DropUvicornUtf8) for f in logger.filters):
+        logger.addFilter(_DropUvicornUtf8())
 
 
 def error_event(e: BaseException) -> dict[str, Any]:
@@ -46,16 +81,25 @@ def is_unicode(text: str) -> bool:
     return True
 
 
-async def receive_object(ws: WebSocket) -> dict[str, Any]:
+async def receive_object(ws: WebSocket, metrics: Metrics | None = None) -> dict[str, Any]:
     """The next client message, a JSON object sent as text.
 
+    Args:
+        ws: the connection.
+        metrics: where a close for invalid UTF-8 is counted.
+
     Raises:
-        WebSocketDisconnect: the client went away.
+        WebSocketDisconnect: the client went away (or sent invalid UTF-8: code 1007).
         InvalidRequest: a binary message, or text that is not a JSON object (field ``message``).
     """
     message = await ws.receive()
     if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(message.get("code", 1000))
+        code = message.get("code", 1000)
+        if code == _INVALID_UTF8:
+            log.info("websocket %s: a text frame is not valid UTF-8; closed with 1007", ws.url.path)
+            if metrics is not None:
+                metrics.ws_invalid_utf8.inc()
+        raise WebSocketDisconnect(code)
     raw = message.get("text")
     msg = parse_json(raw, "the message", "message") if raw is not None else None
     if not isinstance(msg, dict):

@@ -74,7 +74,14 @@ from voxcast.errors import InvalidRequest, OverCapacity, VoxcastError
 from voxcast.logs import set_request_id
 from voxcast.service import EncodedChunk, Service, ServiceStream
 from voxcast.serving.drain import Drain, WorkerShutdown
-from voxcast.serving.http.sockets import encode_event, error_event, is_unicode, receive_object, takes_text
+from voxcast.serving.http.sockets import (
+    encode_event,
+    error_event,
+    is_unicode,
+    quiet_invalid_utf8,
+    receive_object,
+    takes_text,
+)
 from voxcast.serving.pump import ThreadPump
 from voxcast.text.incremental import SentenceBuffer
 
@@ -188,6 +195,7 @@ class SpeechSocket:
     def __init__(
         self, ws: WebSocket, service: Service, *, queue_chunks: int, drain: Drain | None = None
     ) -> None:
+        quiet_invalid_utf8()  # before the first message: uvicorn's traceback for it is dropped
         self.ws = ws
         self.drain = drain
         self.service = service
@@ -207,6 +215,8 @@ class SpeechSocket:
         self.segments = 0
         self.queue: asyncio.Queue[_Segment | _Mark | None] = asyncio.Queue()
         self.queued_chars = 0
+        #: A delta past ``_MAX_BUFFER_CHARS`` was refused (one error): deltas are dropped until a flush or clear.
+        self.over_limit = False
         self.marks = 0
         self.current: ServiceStream | None = None
         self._out = self.framer  # the framer of the audio being sent (a config changes it in order)
@@ -245,7 +255,7 @@ class SpeechSocket:
         """Handle client messages until ``close`` (True) or a disconnect (WebSocketDisconnect)."""
         while True:
             try:
-                if await self._handle(await receive_object(self.ws)):
+                if await self._handle(await receive_object(self.ws, self.service.metrics)):
                     return True
             except VoxcastError as e:
                 await self.send(error_event(e))
@@ -269,7 +279,10 @@ class SpeechSocket:
                 return False  # not spoken in settings nobody asked for, nor an error per token
             if self.config is None:
                 raise InvalidRequest("send a config message before text", field="type")
+            if self.over_limit:
+                return False  # one error said so; a flood of deltas gets no error (nor log line) each
             if len(self.buffer) + self.queued_chars + len(text) > _MAX_BUFFER_CHARS:
+                self.over_limit = True
                 raise InvalidRequest(
                     f"more than {_MAX_BUFFER_CHARS} characters unspoken; wait for the audio", field="text"
                 )
@@ -284,6 +297,7 @@ class SpeechSocket:
             else:
                 await self._queue_sentences(final=False, delta=text)
         elif kind == "flush":
+            self.over_limit = False  # the limit applies afresh
             await self._queue_sentences(final=True)
         elif kind == "mark":  # the text before it is spoken first, whole sentence or not
             name = msg.get("name")
@@ -296,6 +310,7 @@ class SpeechSocket:
             await self.queue.put(_Mark(name, self.epoch))
         elif kind in ("clear", "cancel"):
             self.epoch += 1
+            self.over_limit = False
             self.buffer.clear()
             if self.open is not None and self.open.stream is not None:
                 self.open.stream.cancel()
@@ -330,6 +345,10 @@ class SpeechSocket:
             if not isinstance(stream_sid, str) or not 0 < len(stream_sid) <= 128:
                 raise InvalidRequest(
                     "framing twilio needs the call's stream_sid (a string)", field="stream_sid"
+                )
+            if not is_unicode(stream_sid):
+                raise InvalidRequest(
+                    "stream_sid contains invalid Unicode (a lone surrogate)", field="stream_sid"
                 )
             fields.setdefault("response_format", "mulaw")
             msg = {"frame_ms": 20, **msg}
