@@ -20,7 +20,10 @@ Metric names (all prefixed ``voxcast_``):
   ``load``, ``kernels``, ``warmup``); counters ``engine_steps_total`` and ``engine_step_rows_total``
   (their ratio is the mean batch size), ``engine_skipped_rows_total`` (rows that skipped a round for a
   new request's first chunk) and ``engine_refused_total`` (real-time requests refused over capacity;
-  each also counts in ``requests_total{outcome="over_capacity"}``).
+  each also counts in ``requests_total{outcome="over_capacity"}``);
+- ``http_refused_total{reason, status}``: HTTP requests and WebSocket handshakes the server refused
+  before any route ran: ``api_key`` (401, a missing or wrong key), ``host`` (400, a ``Host`` not
+  served), ``origin`` (403, a browser origin not allowed). They are not in ``requests_total``.
 """
 
 from __future__ import annotations
@@ -160,6 +163,12 @@ class Metrics:
         self.ws_invalid_utf8 = Counter(
             "voxcast_websocket_invalid_utf8",
             "WebSocket connections closed with 1007: a text frame that is not valid UTF-8",
+            registry=r,
+        )
+        self.http_refused = Counter(
+            "voxcast_http_refused",
+            "HTTP requests and WebSocket handshakes refused before a route ran",
+            ["reason", "status"],
             registry=r,
         )
         r.register(_EngineCollector(self))

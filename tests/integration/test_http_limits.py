@@ -20,7 +20,7 @@ from tests.integration.test_http_process import REPO_ROOT, _env, _wait_ready
 
 Factory = Callable[[str], Path]
 SAY = {"input": "Hello.", "voice": "ryan", "response_format": "pcm", "max_frames": 2}
-HEAD = b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+HEAD = b"POST /v1/audio/speech HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 
 
 def _serve(env: dict[str, str], log: Path, nofile: int | None = None) -> tuple[subprocess.Popen[bytes], int]:

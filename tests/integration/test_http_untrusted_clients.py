@@ -5,6 +5,7 @@ loopback port (tiny CustomVoice model), driven with httpx, the ``openai`` SDK an
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +178,94 @@ def test_a_body_not_sent_as_json_is_refused(http: httpx.Client) -> None:
         assert r.status_code == 415, (content_type, r.text)
         assert r.json()["error"]["code"] == "unsupported_media_type"
     _ok(http)
+
+
+# -- the Host header (DNS rebinding) -------------------------------------------------------------------
+def _handshake_status(url: str, host: str, path: str = "/v1/audio/speech/stream") -> int:
+    """The status a WebSocket handshake sent with this ``Host`` gets (a raw request: clients set their own)."""
+    netloc = httpx.URL(url)
+    with socket.create_connection((netloc.host, netloc.port), timeout=30) as sock:
+        sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        return int(sock.recv(4096).split(b" ", 2)[1])
+
+
+def test_a_rebound_host_is_refused_without_a_key_and_loopback_or_an_address_is_served(
+    tiny_service: Service,
+) -> None:
+    """A page at attacker.example whose name now resolves to 127.0.0.1 is same-origin with itself: its
+    ``Origin`` equals its ``Host``, so only the ``Host`` tells it from the server's own pages."""
+    with running(create_app(ServiceHolder(tiny_service), HttpConfig())) as base:
+        port = httpx.URL(base).port
+        evil = f"attacker.example:{port}"
+        with httpx.Client(base_url=base, timeout=60) as http:
+            r = http.post("/v1/audio/speech", json=SAY, headers={"Host": evil, "Origin": f"http://{evil}"})
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["code"] == "host_not_allowed" and err["param"] == "Host", err
+            assert "VOXCAST_ALLOWED_HOSTS" in err["message"]
+            assert http.get("/v1/audio/voices", headers={"Host": evil}).status_code == 400  # no Origin
+            assert _handshake_status(base, evil) == 403
+            for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"10.1.2.3:{port}"):
+                ok = http.post(
+                    "/v1/audio/speech", json=SAY, headers={"Host": host, "Origin": f"http://{host}"}
+                )
+                assert ok.status_code == 200, (host, ok.text)
+            assert _handshake_status(base, f"localhost:{port}") == 101
+            assert http.get("/ping", headers={"Host": evil}).status_code == 200  # probes: any name
+            assert http.get("/health").json()["requests"]["refused"] == {"host": 3}
+            metrics = http.get("/metrics").text
+            assert 'voxcast_http_refused_total{reason="host",status="400"} 2.0' in metrics
+            assert 'voxcast_http_refused_total{reason="host",status="403"} 1.0' in metrics
+
+
+def test_allowed_hosts_name_the_hosts_served_and_a_key_alone_skips_the_check(
+    http: httpx.Client, tiny_service: Service
+) -> None:
+    port = http.base_url.port
+    _ok(http, Host=f"attacker.example:{port}")  # the key protects: a rebound page cannot send it
+    exposure = Exposure.from_env({"VOXCAST_ALLOWED_HOSTS": ".example.com, tts.internal"})
+    config = HttpConfig(api_key=KEY, exposure=exposure)
+    with (
+        running(create_app(ServiceHolder(tiny_service), config)) as base,
+        httpx.Client(base_url=base, timeout=60) as client,
+    ):
+        for host in ("example.com", "tts.example.com", "TTS.internal.", "localhost", "192.0.2.7"):
+            _ok(client, Host=f"{host}:{port}")
+        for host in ("attacker.example", "evilexample.com", "tts.internal.evil"):
+            r = client.post("/v1/audio/speech", json=SAY, headers={**AUTH, "Host": host})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "host_not_allowed", host
+    with pytest.raises(ValueError, match="VOXCAST_ALLOWED_HOSTS"):
+        Exposure.from_env({"VOXCAST_ALLOWED_HOSTS": "https://tts.example.com"})
+
+
+# -- refusals are counted ------------------------------------------------------------------------------
+def test_missing_or_wrong_keys_are_counted_in_metrics_and_health_without_the_key(
+    http: httpx.Client, url: str
+) -> None:
+    def refused() -> tuple[int, float, float]:
+        health = http.get("/health").json()["requests"]["refused"].get("api_key", 0)
+        metrics = {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in http.get("/metrics", headers=AUTH).text.splitlines()
+            if line.startswith("voxcast_http_refused_total")
+        }
+        http_401 = metrics.get('voxcast_http_refused_total{reason="api_key",status="401"}', 0.0)
+        ws_403 = metrics.get('voxcast_http_refused_total{reason="api_key",status="403"}', 0.0)
+        return health, http_401, ws_403
+
+    before = refused()
+    assert http.post("/v1/audio/speech", json=SAY).status_code == 401
+    wrong = {"Authorization": "Bearer sk-wrong-secret"}
+    assert http.post("/v1/audio/speech", json=SAY, headers=wrong).status_code == 401
+    assert http.get("/metrics", headers=wrong).status_code == 401
+    with pytest.raises(InvalidStatus):
+        connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream", open_timeout=30)
+    after = refused()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (4, 3.0, 1.0)
+    text = http.get("/metrics", headers=AUTH).text + http.get("/health").text
+    assert KEY not in text and "sk-wrong-secret" not in text

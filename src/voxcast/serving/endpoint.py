@@ -68,6 +68,9 @@ def main() -> int:
 
         # a container's entrypoint: listen on every interface unless told otherwise
         os.environ.setdefault("VOXCAST_HOST", "0.0.0.0")
+        # callers reach it by the endpoint's name (<ENDPOINT_ID>.api.runpod.ai) through RunPod's load
+        # balancer, which asks for the RunPod API key; no browser shares the worker's loopback
+        os.environ.setdefault("VOXCAST_ALLOWED_HOSTS", "*")
         return http_main([])
     from voxcast.logs import setup_logging
     from voxcast.serving.runpod.main import main as queue_main

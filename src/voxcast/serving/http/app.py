@@ -181,8 +181,9 @@ def _install_errors(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
 
 
-def _install_exposure(app: FastAPI, config: HttpConfig) -> None:
-    """CORS headers for the allowed browser origins, and refusal of the others (outermost)."""
+def _install_exposure(app: FastAPI, config: HttpConfig, on_refused: Callable[[str, int], None]) -> None:
+    """CORS headers for the allowed browser origins, and refusal of the others and of a ``Host`` not
+    served (outermost)."""
     origins = list(config.exposure.cors_origins)
     if origins:
         app.add_middleware(
@@ -192,7 +193,12 @@ def _install_exposure(app: FastAPI, config: HttpConfig) -> None:
             allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
             expose_headers=["X-Request-Id"],
         )
-    app.add_middleware(OriginGuard, exposure=config.exposure)
+    app.add_middleware(
+        OriginGuard,
+        exposure=config.exposure,
+        host_names=config.exposure.host_names(config.host, config.api_key),
+        on_refused=on_refused,
+    )
 
 
 def health_app(holder: ServiceHolder) -> FastAPI:
@@ -213,8 +219,14 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
         redoc_url="/redoc" if docs else None,
         openapi_url="/openapi.json" if docs else None,
     )
-    _install_exposure(app, config)
     counters = Counters()
+
+    def refused_early(reason: str, status: int) -> None:
+        """Count a request refused before its route ran (``voxcast_http_refused_total``, ``/health``)."""
+        holder.metrics.http_refused.labels(reason, str(status)).inc()
+        counters.refused[reason] = counters.refused.get(reason, 0) + 1
+
+    _install_exposure(app, config, refused_early)
     app.state.counters = counters
     app.state.holder = holder
     _install_errors(app)
@@ -229,6 +241,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
 
     async def authorize(request: Request) -> None:
         if not authorized(request.headers, {}):
+            refused_early("api_key", 401)
             raise HttpError(
                 401,
                 "missing or wrong API key (Authorization: Bearer <VOXCAST_API_KEY>)",
@@ -306,6 +319,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
     async def accepted(ws: WebSocket, subprotocol: str | None = None) -> Service | None:
         """The service for a WebSocket, accepted; None once it was refused (and closed)."""
         if not authorized(ws.headers, ws.query_params):
+            refused_early("api_key", 403)  # a handshake closed before it is accepted answers 403
             await ws.close(code=1008, reason="missing or wrong API key")
             return None
         await ws.accept(subprotocol=subprotocol)

@@ -50,6 +50,9 @@ class Counters:
     disconnected: int = 0
     stalled: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
+    #: Requests and WebSocket handshakes refused before a route ran, by reason (``api_key``, ``host``,
+    #: ``origin``); not in ``requests`` (which counts speech requests).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def error(self, code: str) -> None:
         self.errors += 1
