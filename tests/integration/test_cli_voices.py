@@ -64,6 +64,16 @@ def test_voices_lists_speakers_aliases_and_the_default(tiny_model_dir: Factory, 
     assert table.returncode == 0 and "alloy" in table.stdout and "-> ryan" in table.stdout
 
 
+def test_voices_names_turbos_built_in_voice_as_its_default(turbo_model_dir: Path, tmp_path: Path) -> None:
+    """Before: "default voice: none" while Turbo's voice-less requests speak its built-in voice."""
+    done, table = _done(_voices(turbo_model_dir, tmp_path, "--json"), _voices(turbo_model_dir, tmp_path))
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert listing["default_voice"] is None and listing["builtin_voice"] is True
+    assert table.returncode == 0, table.stderr
+    assert "default voice: the checkpoint's built-in voice" in table.stdout
+
+
 def test_voices_lists_a_base_models_registered_voices(tiny_model_dir: Factory, tmp_path: Path) -> None:
     model = tiny_model_dir("base")
     engine = Engine.load(EngineConfig(model=str(model), device="cpu", warmup=False))

@@ -44,6 +44,8 @@ def _listing(service: Any) -> dict[str, Any]:
         "speakers": list(service.engine.speakers),
         "aliases": dict(sorted(service.voice_aliases.items())),
         "default_voice": service.default_voice(),
+        # a model that speaks a voice of its own when a request names none (Chatterbox Turbo)
+        "builtin_voice": bool(service.engine.render_settings.get("builtin_voice")),
         "registered": registered,
     }
 
@@ -52,6 +54,8 @@ def _print_table(listing: dict[str, Any]) -> None:
     print(f"model: {listing['model']}")
     print("speakers: " + (", ".join(listing["speakers"]) or "none (a Base model: register voices)"))
     default = listing["default_voice"]
+    if default is None and listing["builtin_voice"]:
+        default = "the checkpoint's built-in voice (a request without a voice speaks it)"
     print(f"default voice: {default or 'none (a request names its voice or brings ref_audio)'}")
     print("aliases:" + ("" if listing["aliases"] else " none"))
     for alias, voice in listing["aliases"].items():
