@@ -6,7 +6,6 @@ On a CPU the frame function runs eagerly; the same checks on CUDA (captured grap
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.fixtures.engines import run_together
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 
@@ -36,6 +36,7 @@ def _engine(tiny_model_dir: Factory, device: str, batch_graphs: str = "off", **f
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Factory) -> Iterator[Engine]:
     e = _engine(tiny_model_dir, "cpu", batch_graphs="on")
+    e.keep_codes = True  # every test reads its codes (_codes), whichever of them runs first
     yield e
     e.close()
 
@@ -47,18 +48,8 @@ def _codes(engine: Engine, text: str, **request: object) -> list[list[int]]:
     return stream.timing.extra["codes"]
 
 
-def _together(engine: Engine, requests: list[dict[str, object]]) -> list[list[list[int]]]:
-    out: list[list[list[int]]] = [[] for _ in requests]
-
-    def run(i: int) -> None:
-        out[i] = _codes(engine, **requests[i])  # type: ignore[arg-type]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
+def _together(engine: Engine, requests: list[dict[str, object]]) -> list[list[list[int]] | None]:
+    return run_together([lambda r=r: _codes(engine, **r) for r in requests])  # type: ignore[arg-type]
 
 
 def _check_serving(engine: Engine, default: Engine | None) -> None:
