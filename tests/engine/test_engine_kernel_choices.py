@@ -8,7 +8,6 @@ of outputs), as a quiet and a busy host might find, and compares the audio's byt
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.fixtures.engines import run_together
 from voxcast.config import EngineConfig
 from voxcast.engine.engine import Engine
 from voxcast.kernels import int8_linear, native, rows_linear
@@ -51,20 +51,10 @@ def _audio(engine: Engine, request: dict[str, Any]) -> bytes:
     return np.concatenate([c.pcm for c in engine.synthesize(dict(request))]).tobytes()
 
 
-def _concurrent(engine: Engine) -> list[bytes]:
+def _concurrent(engine: Engine) -> list[bytes | None]:
     """Two seeded streams started together (their rows share batched steps)."""
     requests = [REQUEST, {**REQUEST, "text": OTHER, "seed": 9}]
-    out: list[bytes] = [b""] * len(requests)
-
-    def run(i: int) -> None:
-        out[i] = _audio(engine, requests[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
+    return run_together([lambda r=r: _audio(engine, r) for r in requests])
 
 
 def _row_bits(engine: Engine) -> dict[str, bytes]:

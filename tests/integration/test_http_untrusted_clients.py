@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.fixtures.http_server import running
+from tests.fixtures.http_server import messages_until, running
 from voxcast.ids import REQUEST_ID_RE
 from voxcast.service import Service
 from voxcast.serving.http.app import ServiceHolder, create_app
@@ -47,22 +46,12 @@ def _ws(url: str, **headers: str) -> ClientConnection:
     return connect(ws_url, additional_headers={**AUTH, **headers}, open_timeout=30)
 
 
-def _until(ws: ClientConnection, kind: str) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        raw = ws.recv(timeout=60)
-        msg = raw if isinstance(raw, bytes) else json.loads(raw)
-        out.append(msg)
-        if isinstance(msg, dict) and msg["type"] == kind:
-            return out
-
-
 def _speaks(ws: ClientConnection) -> bytes:
     """The connection still serves: a config, a sentence and a flush give audio."""
     ws.send(json.dumps(CONFIG))
     ws.send(json.dumps({"type": "text", "text": "Still here."}))
     ws.send(json.dumps({"type": "flush"}))
-    msgs = _until(ws, "segment_done")
+    msgs = messages_until(ws, "segment_done")
     assert not [m for m in msgs if isinstance(m, dict) and m["type"] == "error"], msgs
     return b"".join(m for m in msgs if isinstance(m, bytes))
 

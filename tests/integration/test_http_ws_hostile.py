@@ -13,7 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.fixtures.http_server import running
+from tests.fixtures.http_server import messages_until, running
 from voxcast.service import Service
 from voxcast.serving.http.app import ServiceHolder, create_app
 from voxcast.serving.http.config import HttpConfig
@@ -34,16 +34,6 @@ def _open(url: str, path: str = STREAM) -> ClientConnection:
     return connect(url + path, subprotocols=protocols, open_timeout=30)
 
 
-def _until(ws: ClientConnection, kind: str) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        raw = ws.recv(timeout=60)
-        msg = raw if isinstance(raw, bytes) else json.loads(raw)
-        out.append(msg)
-        if isinstance(msg, dict) and msg.get("type") == kind:
-            return out
-
-
 def _errors(msgs: list[Any]) -> list[dict[str, Any]]:
     return [m for m in msgs if isinstance(m, dict) and m.get("type") == "error"]
 
@@ -53,7 +43,7 @@ def _speaks(ws: ClientConnection) -> None:
     ws.send(json.dumps(CONFIG))
     ws.send(json.dumps({"type": "text", "text": "Still here."}))
     ws.send(json.dumps({"type": "flush"}))
-    msgs = _until(ws, "segment_done")
+    msgs = messages_until(ws, "segment_done")
     assert not _errors(msgs), msgs
     assert any(isinstance(m, bytes) for m in msgs)
 
@@ -101,7 +91,7 @@ def _flood(ws: ClientConnection, deltas: int) -> list[Any]:
     for _ in range(deltas):
         ws.send(json.dumps({"type": "text", "text": "a" * 999 + " "}))
     ws.send(json.dumps({"type": "clear"}))
-    return _until(ws, "cleared")
+    return messages_until(ws, "cleared")
 
 
 def test_a_flood_past_the_unspoken_text_limit_gets_one_error_until_a_clear(

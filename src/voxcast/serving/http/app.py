@@ -38,6 +38,7 @@ from voxcast.serving.http.errors import HttpError, error_body, error_for
 from voxcast.serving.http.exposure import OriginGuard
 from voxcast.serving.http.nari_ws import NariSocket
 from voxcast.serving.http.nari_ws import subprotocol as nari_subprotocol
+from voxcast.serving.http.sockets import quiet_invalid_utf8
 from voxcast.serving.http.speech import speech_request
 from voxcast.serving.http.streaming import Counters, open_speech
 from voxcast.serving.http.voices import voice_routes
@@ -219,6 +220,7 @@ def create_app(holder: ServiceHolder, config: HttpConfig) -> FastAPI:
         redoc_url="/redoc" if docs else None,
         openapi_url="/openapi.json" if docs else None,
     )
+    quiet_invalid_utf8()  # uvicorn's traceback per invalid UTF-8 frame: the sockets log one line
     counters = Counters()
 
     def refused_early(reason: str, status: int) -> None:

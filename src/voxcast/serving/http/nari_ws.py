@@ -51,7 +51,6 @@ from voxcast.serving.http.sockets import (
     encode_event,
     error_event,
     is_unicode,
-    quiet_invalid_utf8,
     receive_object,
     takes_text,
 )
@@ -107,7 +106,6 @@ class NariSocket:
         stall_s: float,
         drain: Drain | None = None,
     ) -> None:
-        quiet_invalid_utf8()  # before the first message: uvicorn's traceback for it is dropped
         self.ws = ws
         self.service = service
         self.queue_chunks = queue_chunks

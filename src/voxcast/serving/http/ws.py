@@ -78,7 +78,6 @@ from voxcast.serving.http.sockets import (
     encode_event,
     error_event,
     is_unicode,
-    quiet_invalid_utf8,
     receive_object,
     takes_text,
 )
@@ -195,7 +194,6 @@ class SpeechSocket:
     def __init__(
         self, ws: WebSocket, service: Service, *, queue_chunks: int, drain: Drain | None = None
     ) -> None:
-        quiet_invalid_utf8()  # before the first message: uvicorn's traceback for it is dropped
         self.ws = ws
         self.drain = drain
         self.service = service
