@@ -258,13 +258,16 @@ def _peer(client: Any) -> str:
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop, every_s: float = 10.0) -> None:
     """Log asyncio's accept failures (out of file descriptors) as one warning per ``every_s``
-    instead of a traceback each time; every other loop error goes to the handler set before."""
+    instead of a traceback each time, and make the pause asyncio takes after one real
+    (:func:`_stop_at_first_failure`); every other loop error goes to the handler set before."""
     limited = RateLimitedLog(log, every_s)
     previous = loop.get_exception_handler()
+    failures = _stop_at_first_failure(loop)
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
         if "socket" in context and isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES:
+            failures[0] += 1
             limited.warning("cannot accept connections: %s; retrying each second", context.get("exception"))
             return
         if previous is not None:
@@ -273,3 +276,50 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop, every_s: float = 10.0) 
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+def _stop_at_first_failure(loop: asyncio.AbstractEventLoop) -> list[int]:
+    """Make asyncio's accept loop stop at its first failure for want of resources.
+
+    asyncio (``selector_events``, CPython 3.11-3.13) accepts up to ``backlog`` connections per
+    readiness event; on EMFILE it stops watching the socket and schedules a restart in a second, but
+    goes on through the rest of its ``backlog`` (uvicorn's: 2048) tries, each failing and scheduling
+    one more restart, and every restart re-arms the socket: out of file descriptors, the server spent
+    1.1-1.6 s of CPU per 5 s. Here each try takes one connection, and the tries stop at the first
+    failure (the loop's exception handler counts them in the returned list), so a pause is one
+    failed accept and one restart a second. A loop without that private method is left as it is.
+    """
+    failures = [0]
+    accept = getattr(loop, "_accept_connection", None)
+    if accept is None or not hasattr(loop, "_start_serving"):
+        return failures
+    backlogs: dict[int, int] = {}
+
+    def accept_until_failure(
+        protocol_factory: Any,
+        sock: Any,
+        sslcontext: Any = None,
+        server: Any = None,
+        backlog: int = 100,
+        *rest: Any,
+    ) -> None:
+        tries = backlogs.setdefault(sock.fileno(), backlog)  # asyncio's restart passes our 1
+        before = failures[0]
+        for _ in range(tries):
+            if not _pending(sock):
+                return
+            accept(protocol_factory, sock, sslcontext, server, 1, *rest)
+            if failures[0] != before:  # asyncio stopped watching the socket and restarts it in 1 s
+                return
+
+    loop._accept_connection = accept_until_failure  # type: ignore[attr-defined]
+    return failures
+
+
+def _pending(sock: Any) -> bool:
+    """Whether a connection waits on listening socket ``sock`` (poll, no wait)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
