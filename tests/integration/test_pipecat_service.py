@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pipecat", reason="the pipecat extra is not installed")
 
+from loguru import logger
 from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
@@ -31,6 +32,8 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 from pipecat.workers.runner import WorkerRunner
@@ -95,11 +98,12 @@ async def _run(
     script: Callable[[PipelineWorker, Sink], Any],
     rate: int,
     upstream: Sink | None = None,
+    downstream: FrameProcessor | None = None,
 ) -> Sink:
     sink = Sink()
     sink.upstream = upstream or Sink(FrameDirection.UPSTREAM)
     worker = PipelineWorker(
-        Pipeline([sink.upstream, tts, sink]),
+        Pipeline([sink.upstream, tts, sink, *([downstream] if downstream is not None else [])]),
         params=PipelineParams(audio_out_sample_rate=rate),
         cancel_on_idle_timeout=False,
     )
@@ -661,3 +665,46 @@ def test_cjk_words_reach_the_context_without_spaces(toy_server: tuple[str, Servi
     assert [f.text for f in spoken] == [*"今日は晴れで", "す。"] and not sink.errors()
     parts = [TextPartForConcatenation(f.text, f.includes_inter_frame_spaces) for f in spoken]
     assert concatenate_aggregated_text(parts).strip() == text
+
+
+@pytest.mark.parametrize(
+    "word_timestamps", [None, True, False], ids=["http", "websocket-word-timestamps", "websocket"]
+)
+def test_a_bare_text_frames_words_reach_the_context(
+    toy_server: tuple[str, Service], word_timestamps: bool | None
+) -> None:
+    """A ``TextFrame`` outside any reply (two sentences), then the end of the LLM response: every
+    word spoken reaches the assistant context (a real aggregator downstream) and Pipecat drops none
+    ("... not recognised by any slot"), over HTTP (``None``) and the WebSocket with and without word
+    timestamps. Words are compared, not spacing: without word timestamps Pipecat's ``TOKEN`` mode
+    hands over each later sentence with its leading space (" Goodbye."), in a reply as well."""
+    url, _ = toy_server
+    text = "Hello there. Goodbye."
+    settings = VoxcastTTSService.Settings(voice="low")
+    tts: VoxcastTTSService | VoxcastWebsocketTTSService = (
+        VoxcastTTSService(base_url=url, api_key=KEY, settings=settings)
+        if word_timestamps is None
+        else VoxcastWebsocketTTSService(
+            base_url=url, api_key=KEY, settings=settings, word_timestamps=word_timestamps
+        )
+    )
+    context = LLMContext()
+    warnings: list[str] = []
+    handler = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+
+    async def script(worker: PipelineWorker, sink: Sink) -> None:
+        await worker.queue_frame(TextFrame(text))
+        await worker.queue_frame(LLMFullResponseEndFrame())
+        while not any(isinstance(f, LLMFullResponseEndFrame) for f in sink.frames):
+            await asyncio.sleep(0.02)
+
+    try:
+        aggregator = LLMAssistantAggregator(context)
+        sink = asyncio.run(_run(tts, script, toy_family.SAMPLE_RATE, downstream=aggregator))
+    finally:
+        logger.remove(handler)
+    spoken = [f.text for f in sink.frames if isinstance(f, TTSTextFrame) and f.append_to_context]
+    assert " ".join(spoken).split() == text.split()
+    said = [m["content"] for m in context.get_messages() if m.get("role") == "assistant"]
+    assert len(said) == 1 and said[0].split() == text.split()
+    assert [w for w in warnings if "not recognised by any slot" in w] == [] and not sink.errors()

@@ -205,10 +205,23 @@ class VoxcastWebsocketTTSService(VoxcastService, WebsocketTTSService):
                 await self._send({"type": "text", "text": text})
             if self._is_bare(context_id):  # text outside any turn: all of its context is here
                 await self._end_run(final=True)
+                await self._close_bare_text(context_id)
         except Exception as e:
             yield ErrorFrame(error=f"voxcast: {e}")
             return
         yield None
+
+    async def _close_bare_text(self, context_id: str) -> None:
+        """Tell Pipecat that bare text's context has all its text, so its words reach the context.
+
+        In ``TOKEN`` mode Pipecat regroups a context's tokens into sentences and announces one (the
+        slot its word timestamps are matched to; without them, its ``TTSTextFrame``) only when the
+        next sentence starts or the context's text is finalized, which it does at a reply's end and
+        after a ``TTSSpeakFrame`` but never for a bare ``TextFrame``'s context: its last sentence's
+        words were dropped ("not recognised by any slot"). This finalizes it as Pipecat does a
+        ``TTSSpeakFrame``'s (``TTSService._handle_tts_speak``); a no-op in ``SENTENCE`` mode."""
+        frames = await self._aggregated_frame_sequencer.finalize(context_id)
+        await self._push_sequencer_frames(frames, context_id)
 
     async def _end_run(self, final: bool) -> None:
         """End the open run with a mark: it closes the utterance on the server, and its echo comes
