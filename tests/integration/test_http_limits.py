@@ -120,6 +120,20 @@ def test_a_connection_over_the_cap_gets_503_at_once(tiny_model_dir: Factory, tmp
         stop_process(proc)
 
 
+def _serve_out_of_fds(
+    tiny_model_dir: Factory, tmp_path: Path, header_timeout_s: int
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A server with 128 file descriptors and a connection cap above that, so idle sockets exhaust
+    the descriptors before the cap refuses any; idle heads are shed after ``header_timeout_s``."""
+    env = _env(
+        tiny_model_dir("custom_voice"),
+        tmp_path,
+        VOXCAST_HTTP_HEADER_TIMEOUT_S=str(header_timeout_s),
+        VOXCAST_HTTP_MAX_CONNECTIONS="1000",
+    )
+    return _serve(env, tmp_path / "serve.log", nofile=128)
+
+
 def test_out_of_file_descriptors_backs_off_quietly_and_recovers(
     tiny_model_dir: Factory, tmp_path: Path
 ) -> None:
@@ -127,13 +141,7 @@ def test_out_of_file_descriptors_backs_off_quietly_and_recovers(
     pauses (one warning line per 10 s, not a traceback per try), the idle ones are shed after the
     header timeout, those that waited in the backlog are then accepted and shed, and a normal
     request is served again."""
-    env = _env(
-        tiny_model_dir("custom_voice"),
-        tmp_path,
-        VOXCAST_HTTP_HEADER_TIMEOUT_S="2",
-        VOXCAST_HTTP_MAX_CONNECTIONS="1000",
-    )
-    proc, port = _serve(env, tmp_path / "serve.log", nofile=128)
+    proc, port = _serve_out_of_fds(tiny_model_dir, tmp_path, header_timeout_s=2)
     try:
         _wait_ready(f"http://127.0.0.1:{port}/ping", proc)
         idle = [_connect(port) for _ in range(150)]
@@ -159,13 +167,7 @@ def test_out_of_file_descriptors_the_accept_loop_stays_idle(tiny_model_dir: Fact
     server stops accepting for a while and burns next to no CPU (asyncio's own retry tried the whole
     backlog and re-armed it from every failed try: 1.6 s of CPU per 5 s); once the sockets close it
     serves again."""
-    env = _env(
-        tiny_model_dir("custom_voice"),
-        tmp_path,
-        VOXCAST_HTTP_HEADER_TIMEOUT_S="120",
-        VOXCAST_HTTP_MAX_CONNECTIONS="1000",
-    )
-    proc, port = _serve(env, tmp_path / "serve.log", nofile=128)
+    proc, port = _serve_out_of_fds(tiny_model_dir, tmp_path, header_timeout_s=120)
     held: list[socket.socket] = []
     try:
         _wait_ready(f"http://127.0.0.1:{port}/ping", proc)

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import resource
+import select
 import time
 from typing import Any
 
@@ -258,7 +259,7 @@ def _peer(client: Any) -> str:
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop, every_s: float = 10.0) -> None:
     """Log asyncio's accept failures (out of file descriptors) as one warning per ``every_s``
-    instead of a traceback each time, and make the pause asyncio takes after one real
+    instead of a traceback each time, and make asyncio's one-second pause after such a failure hold
     (:func:`_stop_at_first_failure`); every other loop error goes to the handler set before."""
     limited = RateLimitedLog(log, every_s)
     previous = loop.get_exception_handler()
@@ -291,7 +292,7 @@ def _stop_at_first_failure(loop: asyncio.AbstractEventLoop) -> list[int]:
     """
     failures = [0]
     accept = getattr(loop, "_accept_connection", None)
-    if accept is None or not hasattr(loop, "_start_serving"):
+    if accept is None:
         return failures
     backlogs: dict[int, int] = {}
 
@@ -318,8 +319,6 @@ def _stop_at_first_failure(loop: asyncio.AbstractEventLoop) -> list[int]:
 
 def _pending(sock: Any) -> bool:
     """Whether a connection waits on listening socket ``sock`` (poll, no wait)."""
-    import select
-
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     return bool(poller.poll(0))
